@@ -1,0 +1,221 @@
+"""One frozen configuration dataclass and the named presets.
+
+The presets follow the paper (Vaswani et al., 2017): ``base`` and ``big`` are the
+bottom and top rows of Table 3, and ``A1`` … ``E`` are the Table 3 variations,
+top to bottom as printed ("unlisted values are identical to those of the base
+model"). ``tiny`` is for tests and ``small`` trains on a 2-core CPU in minutes.
+
+Every departure from the paper is a named field whose default is the paper's
+choice (``pre_norm=False``, ``position="sinusoidal"``, ``shared_embeddings=True``).
+Variants are derived with ``dataclasses.replace`` (see :func:`get_config`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Hyper-parameters of the model and its training defaults.
+
+    Model (paper section 3, Table 3 column names):
+      num_layers: N, the number of encoder layers and of decoder layers.
+      d_model: width of every sub-layer output and of the embeddings.
+      d_ff: inner width of the position-wise feed-forward network (eq. 2).
+      num_heads: h, the number of attention heads.
+      key_dim: d_k, per-head query/key width (``None`` → d_model / num_heads).
+      value_dim: d_v, per-head value width (``None`` → d_model / num_heads).
+      dropout: P_drop, residual dropout and dropout on embeddings+positions (5.4).
+      attention_dropout: dropout on attention weights (not in the paper: 0).
+      relu_dropout: dropout after the FFN's ReLU (not in the paper: 0).
+      position: ``"sinusoidal"`` (section 3.5) or ``"learned"`` (Table 3 row E).
+      max_length: longest position a learned embedding can represent.
+      pre_norm: ``False`` is the paper's post-LN ``LayerNorm(x + Sublayer(x))``;
+        ``True`` is the common pre-LN variant ``x + Sublayer(LayerNorm(x))``.
+      layer_norm_epsilon: epsilon of every LayerNormalization.
+      vocab_size: the shared source/target vocabulary size (section 5.1).
+      shared_embeddings: one matrix for source and target embeddings and the
+        pre-softmax projection (section 3.4). ``False`` gives the source its own
+        embedding (of ``src_vocab_size``) while the target embedding stays tied
+        to the output projection.
+      src_vocab_size: source vocabulary size when ``shared_embeddings=False``
+        (``None`` → ``vocab_size``).
+
+    Training (section 5):
+      label_smoothing: ε_ls.
+      train_steps: optimizer steps of a full run.
+      warmup_steps: warmup of the learning-rate schedule (eq. 3).
+      learning_rate_scale: multiplies eq. 3 (1.0 in the paper).
+      tokens_per_batch: source (and target) tokens per global batch (5.1).
+      max_sequence_length: training length filter, in subwords, per side.
+
+    Inference (section 6.1):
+      beam_size, length_penalty (α), extra_decode_length (max output = input + this).
+    """
+
+    name: str = "base"
+    # Model.
+    num_layers: int = 6
+    d_model: int = 512
+    d_ff: int = 2048
+    num_heads: int = 8
+    key_dim: int | None = None
+    value_dim: int | None = None
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    relu_dropout: float = 0.0
+    position: str = "sinusoidal"
+    max_length: int = 1024
+    pre_norm: bool = False
+    layer_norm_epsilon: float = 1e-6
+    vocab_size: int = 37000
+    shared_embeddings: bool = True
+    src_vocab_size: int | None = None
+    # Training.
+    label_smoothing: float = 0.1
+    train_steps: int = 100_000
+    warmup_steps: int = 4000
+    learning_rate_scale: float = 1.0
+    tokens_per_batch: int = 25_000
+    max_sequence_length: int = 256
+    # Inference.
+    beam_size: int = 4
+    length_penalty: float = 0.6
+    extra_decode_length: int = 50
+
+    def __post_init__(self):
+        def fail(field, why):
+            raise ValueError(f"TransformerConfig({self.name!r}).{field}: {why}")
+
+        for field in ("num_layers", "d_model", "d_ff", "num_heads", "vocab_size", "max_length"):
+            if getattr(self, field) <= 0:
+                fail(field, f"must be positive, got {getattr(self, field)}")
+        if self.key_dim is None and self.d_model % self.num_heads:
+            fail("key_dim", f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}; set key_dim")
+        if self.value_dim is None and self.d_model % self.num_heads:
+            fail("value_dim", f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}; set value_dim")
+        for field in ("dropout", "attention_dropout", "relu_dropout", "label_smoothing"):
+            if not 0.0 <= getattr(self, field) < 1.0:
+                fail(field, f"must be in [0, 1), got {getattr(self, field)}")
+        if self.position not in ("sinusoidal", "learned"):
+            fail("position", f"must be 'sinusoidal' or 'learned', got {self.position!r}")
+
+    @property
+    def head_key_dim(self) -> int:
+        """d_k actually used: ``key_dim`` or d_model / num_heads (section 3.2.2)."""
+        return self.key_dim if self.key_dim is not None else self.d_model // self.num_heads
+
+    @property
+    def head_value_dim(self) -> int:
+        """d_v actually used: ``value_dim`` or d_model / num_heads (section 3.2.2)."""
+        return self.value_dim if self.value_dim is not None else self.d_model // self.num_heads
+
+    @property
+    def source_vocab_size(self) -> int:
+        if self.shared_embeddings or self.src_vocab_size is None:
+            return self.vocab_size
+        return self.src_vocab_size
+
+    def replace(self, **changes: Any) -> TransformerConfig:
+        """A copy with ``changes`` applied; unknown field names raise ValueError."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise ValueError(f"Unknown TransformerConfig field(s): {', '.join(unknown)}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
+        unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ValueError(f"Unknown TransformerConfig field(s): {', '.join(unknown)}")
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str) -> TransformerConfig:
+        return cls.from_dict(json.loads(text))
+
+
+_BASE = TransformerConfig(name="base")
+
+# Table 3, top to bottom as printed. Unlisted values are those of the base model.
+_TABLE3 = {
+    # (A) vary heads and d_k, d_v keeping computation constant (section 3.2.2).
+    "A1": dict(num_heads=1, key_dim=512, value_dim=512),
+    "A2": dict(num_heads=4, key_dim=128, value_dim=128),
+    "A3": dict(num_heads=16, key_dim=32, value_dim=32),
+    "A4": dict(num_heads=32, key_dim=16, value_dim=16),
+    # (B) smaller attention key size d_k (d_v stays 64).
+    "B1": dict(key_dim=16),
+    "B2": dict(key_dim=32),
+    # (C) bigger and smaller models.
+    "C1": dict(num_layers=2),
+    "C2": dict(num_layers=4),
+    "C3": dict(num_layers=8),
+    "C4": dict(d_model=256, key_dim=32, value_dim=32),
+    "C5": dict(d_model=1024, key_dim=128, value_dim=128),
+    "C6": dict(d_ff=1024),
+    "C7": dict(d_ff=4096),
+    # (D) dropout and label smoothing.
+    "D1": dict(dropout=0.0),
+    "D2": dict(dropout=0.2),
+    "D3": dict(label_smoothing=0.0),
+    "D4": dict(label_smoothing=0.2),
+    # (E) learned positional embedding instead of sinusoids.
+    "E": dict(position="learned"),
+}
+
+PRESETS: dict[str, TransformerConfig] = {
+    # For tests: builds and runs a step in well under a second.
+    "tiny": _BASE.replace(
+        name="tiny",
+        num_layers=2,
+        d_model=32,
+        d_ff=64,
+        num_heads=4,
+        vocab_size=256,
+        max_length=256,
+        train_steps=200,
+        warmup_steps=50,
+        tokens_per_batch=2048,
+        max_sequence_length=64,
+    ),
+    # Trains on a 2-core CPU in minutes (Multi30k scale: ~8k shared subwords).
+    "small": _BASE.replace(
+        name="small",
+        num_layers=3,
+        d_model=256,
+        d_ff=1024,
+        num_heads=4,
+        vocab_size=8000,
+        train_steps=8000,
+        warmup_steps=1000,
+        learning_rate_scale=2.0,
+        tokens_per_batch=4096,
+        max_sequence_length=128,
+    ),
+    "base": _BASE,
+    "big": _BASE.replace(name="big", d_model=1024, d_ff=4096, num_heads=16, dropout=0.3, train_steps=300_000),
+    **{name: _BASE.replace(name=name, **changes) for name, changes in _TABLE3.items()},
+}
+
+
+def preset_names() -> list[str]:
+    """The names ``--config`` accepts: tiny, small, base, big, then Table 3's rows."""
+    return list(PRESETS)
+
+
+def get_config(name: str, **overrides: Any) -> TransformerConfig:
+    """The preset ``name`` with ``overrides`` applied via ``dataclasses.replace``."""
+    if name not in PRESETS:
+        raise ValueError(f"Unknown config {name!r}; choose one of: {', '.join(PRESETS)}")
+    config = PRESETS[name]
+    return config.replace(**overrides) if overrides else config

@@ -1,0 +1,43 @@
+"""tf_transformer: the Transformer of "Attention Is All You Need" in TensorFlow/Keras 3."""
+
+from setuptools import find_packages, setup
+
+# Pinned together and tested on Python 3.11 / x86_64. TF 2.21 no longer pulls in
+# tensorboard, and the Keras TensorBoard callback fails without it.
+INSTALL_REQUIRES = [
+    "tensorflow==2.21.0",
+    "tensorflow-text==2.21.1",
+    "keras==3.15.1",
+    "tensorboard==2.21.0",
+    "tensorflow-datasets==4.9.10",
+    "sentencepiece==0.2.3",
+    "sacrebleu==2.6.0",
+    "absl-py>=2.1",
+    "numpy>=1.26,<3",
+]
+
+EXTRAS_REQUIRE = {
+    "test": ["pytest>=8", "ruff==0.17.6"],
+    # Peers for benchmarks/peers.py; never runtime dependencies.
+    "bench": ["keras-hub", "transformers==5.23.0", "torch==2.13.0", "ctranslate2", "tokenizers"],
+}
+
+setup(
+    name="tf_transformer",
+    version="0.1.0",
+    description='The Transformer of "Attention Is All You Need" for machine translation, in TensorFlow/Keras 3.',
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10,<3.13",
+    packages=find_packages(
+        include=["tf_transformer", "tf_transformer.*", "pipelines", "pipelines.*", "configs", "configs.*"]
+    ),
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+    entry_points={
+        "console_scripts": [
+            "tft-model-info=tf_transformer.cli.model_info:run",
+        ]
+    },
+    license="Apache-2.0",
+)

@@ -1,0 +1,63 @@
+"""Presets: the exact names, Table 3's values, and the dataclass contract."""
+
+import dataclasses
+
+import pytest
+
+from configs import PRESETS, TransformerConfig, get_config, preset_names
+
+TABLE3_ORDER = ["A1", "A2", "A3", "A4", "B1", "B2"] + [f"C{i}" for i in range(1, 8)] + ["D1", "D2", "D3", "D4", "E"]
+
+
+def test_preset_names_are_exactly_the_documented_ones_in_order():
+    assert preset_names() == ["tiny", "small", "base", "big"] + TABLE3_ORDER
+
+
+def test_table3_rows_change_only_their_listed_values():
+    base = get_config("base")
+    expected = {
+        "A1": dict(num_heads=1, key_dim=512, value_dim=512),
+        "A4": dict(num_heads=32, key_dim=16, value_dim=16),
+        "B1": dict(key_dim=16),
+        "C4": dict(d_model=256, key_dim=32, value_dim=32),
+        "C7": dict(d_ff=4096),
+        "D2": dict(dropout=0.2),
+        "D4": dict(label_smoothing=0.2),
+        "E": dict(position="learned"),
+    }
+    for name, changes in expected.items():
+        assert get_config(name) == base.replace(name=name, **changes)
+    big = get_config("big")
+    assert (big.d_model, big.d_ff, big.num_heads, big.dropout, big.train_steps) == (1024, 4096, 16, 0.3, 300_000)
+    assert (big.head_key_dim, big.head_value_dim) == (64, 64)
+    assert (base.head_key_dim, base.label_smoothing, base.warmup_steps, base.beam_size) == (64, 0.1, 4000, 4)
+
+
+def test_configs_are_frozen_and_round_trip_json():
+    config = get_config("small")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.d_model = 1  # type: ignore[misc]
+    assert TransformerConfig.from_json(config.to_json()) == config
+    assert get_config("small", dropout=0.3).dropout == 0.3
+    assert PRESETS["small"].dropout == 0.1  # overrides never mutate the preset
+
+
+@pytest.mark.parametrize(
+    "name,overrides,field",
+    [
+        ("base", {"d_model": 500}, "key_dim"),
+        ("base", {"dropout": 1.5}, "dropout"),
+        ("base", {"position": "rotary"}, "position"),
+        ("base", {"num_layers": 0}, "num_layers"),
+    ],
+)
+def test_bad_values_name_the_field(name, overrides, field):
+    with pytest.raises(ValueError, match=field):
+        get_config(name, **overrides)
+
+
+def test_unknown_names_are_rejected_clearly():
+    with pytest.raises(ValueError, match="Unknown config 'huge'.*tiny, small, base, big"):
+        get_config("huge")
+    with pytest.raises(ValueError, match="dmodel"):
+        get_config("base", dmodel=3)

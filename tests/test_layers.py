@@ -1,0 +1,126 @@
+"""Feed-forward, positions, embeddings, encoder and decoder layers and stacks."""
+
+import math
+
+import numpy as np
+import pytest
+
+from tests.layer_harness import run_layer_test
+from tf_transformer.layers import (
+    Decoder,
+    DecoderLayer,
+    Encoder,
+    EncoderLayer,
+    LearnedPositionEmbedding,
+    PositionwiseFeedForward,
+    SharedEmbedding,
+    SinusoidalPositionEncoding,
+)
+
+RNG = np.random.default_rng(1)
+LAYER = dict(num_heads=4, key_dim=4, value_dim=4, d_ff=32, dropout=0.1)
+
+
+def test_feed_forward_matches_eq2():
+    x = RNG.normal(size=(2, 3, 8)).astype("float32")
+    layer = PositionwiseFeedForward(16)
+    y = np.asarray(layer(x))
+    w1, b1 = (w.numpy() for w in layer.inner.weights)
+    w2, b2 = (w.numpy() for w in layer.outer.weights)
+    np.testing.assert_allclose(y, np.maximum(0, x @ w1 + b1) @ w2 + b2, rtol=1e-5, atol=1e-5)
+    run_layer_test(PositionwiseFeedForward, {"d_ff": 16, "relu_dropout": 0.1}, (x,), expected_num_weights=4)
+
+
+def test_sinusoids_match_section_3_5():
+    x = np.zeros((1, 50, 16), "float32")
+    pe = np.asarray(SinusoidalPositionEncoding()(x))
+    pos = np.arange(50)[:, None]
+    i = np.arange(8)[None, :]
+    np.testing.assert_allclose(pe[:, 0::2], np.sin(pos / 10000 ** (2 * i / 16)), atol=1e-5)
+    np.testing.assert_allclose(pe[:, 1::2], np.cos(pos / 10000 ** (2 * i / 16)), atol=1e-5)
+    shifted = np.asarray(SinusoidalPositionEncoding()(x[:, :5], start_index=7))
+    np.testing.assert_allclose(shifted, pe[7:12], atol=1e-5)
+    run_layer_test(SinusoidalPositionEncoding, {"max_wavelength": 10000.0}, (x,), expected_num_weights=0)
+
+
+def test_learned_positions():
+    x = np.zeros((2, 6, 8), "float32")
+    layer, out = run_layer_test(
+        LearnedPositionEmbedding,
+        {"max_length": 10},
+        (x,),
+        expected_output_shape=(6, 8),
+        expected_num_weights=1,
+        run_fit=False,  # output has no batch axis; trained through the stacks below
+    )
+    np.testing.assert_allclose(np.asarray(layer(x[:, :2], start_index=3)), layer.weights[0].numpy()[3:5])
+
+
+def test_shared_embedding_scales_and_projects():
+    ids = np.array([[3, 1, 0]])
+    layer = SharedEmbedding(10, 4)
+    embedded = np.asarray(layer(ids))
+    table = layer.weights[0].numpy()
+    np.testing.assert_allclose(embedded, table[ids] * math.sqrt(4), rtol=1e-6)
+    hidden = RNG.normal(size=(1, 3, 4)).astype("float32")
+    np.testing.assert_allclose(np.asarray(layer(hidden, reverse=True)), hidden @ table.T, rtol=1e-5, atol=1e-6)
+    run_layer_test(SharedEmbedding, {"vocab_size": 10, "d_model": 4}, (ids,), expected_num_weights=1, run_fit=False)
+
+
+@pytest.mark.parametrize("pre_norm", [False, True])
+def test_encoder_layer(pre_norm):
+    x = RNG.normal(size=(2, 5, 16)).astype("float32")
+    mask = np.ones((2, 1, 1, 5), bool)
+    mask[0, ..., 3:] = False
+    run_layer_test(
+        EncoderLayer,
+        {**LAYER, "pre_norm": pre_norm},
+        (x,),
+        {"attention_mask": mask},
+        expected_output_shape=(2, 5, 16),
+        expected_num_weights=8 + 4 + 4,  # attention, FFN, two LayerNorms
+    )
+
+
+@pytest.mark.parametrize("pre_norm", [False, True])
+def test_decoder_layer(pre_norm):
+    x = RNG.normal(size=(2, 4, 16)).astype("float32")
+    memory = RNG.normal(size=(2, 6, 16)).astype("float32")
+    self_mask = np.broadcast_to(np.tril(np.ones((4, 4), bool)), (2, 1, 4, 4)).copy()
+    memory_mask = np.ones((2, 1, 1, 6), bool)
+    run_layer_test(
+        DecoderLayer,
+        {**LAYER, "pre_norm": pre_norm},
+        (x, memory),
+        {"self_attention_mask": self_mask, "memory_mask": memory_mask},
+        expected_output_shape=(2, 4, 16),
+        expected_num_weights=8 + 8 + 4 + 6,  # two attentions, FFN, three LayerNorms
+    )
+
+
+@pytest.mark.parametrize("position,pre_norm", [("sinusoidal", False), ("learned", True)])
+def test_stacks(position, pre_norm):
+    x = RNG.normal(size=(2, 5, 16)).astype("float32")
+    y = RNG.normal(size=(2, 3, 16)).astype("float32")
+    mask = np.ones((2, 1, 1, 5), bool)
+    stack = {**LAYER, "num_layers": 2, "position": position, "max_length": 8, "pre_norm": pre_norm}
+    extra = (1 if position == "learned" else 0) + (2 if pre_norm else 0)
+    run_layer_test(
+        Encoder,
+        stack,
+        (x,),
+        {"padding_mask": mask},
+        expected_output_shape=(2, 5, 16),
+        expected_num_weights=2 * 16 + extra,
+    )
+    run_layer_test(
+        Decoder,
+        stack,
+        (y, x),
+        {
+            "self_attention_mask": np.broadcast_to(np.tril(np.ones((3, 3), bool)), (2, 1, 3, 3)).copy(),
+            "memory_mask": mask,
+        },
+        expected_output_shape=(2, 3, 16),
+        expected_num_weights=2 * 26 + extra,
+    )

@@ -1,0 +1,1 @@
+"""Thin command-line entry points over importable functions."""

@@ -1,0 +1,188 @@
+"""Decoder layer and decoder stack, section 3.1."""
+
+from __future__ import annotations
+
+import keras
+
+from tf_transformer.layers.attention import MultiHeadAttention
+from tf_transformer.layers.encoder import ResidualSublayer, _layer_kwargs, make_position_layer
+from tf_transformer.layers.feed_forward import PositionwiseFeedForward
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class DecoderLayer(keras.layers.Layer):
+    """Masked self-attention, encoder-decoder attention, FFN (section 3.1).
+
+    "In addition to the two sub-layers in each encoder layer, the decoder inserts
+    a third sub-layer, which performs multi-head attention over the output of the
+    encoder stack." Each sub-layer is wrapped residually as in the encoder.
+
+    Args: as :class:`~tf_transformer.layers.encoder.EncoderLayer`.
+
+    Call args:
+      x: ``[batch, tgt_len, d_model]``.
+      memory: ``[batch, src_len, d_model]`` encoder output.
+      self_attention_mask: ``[batch, 1, tgt_len, tgt_len]`` (causal and padding).
+      memory_mask: ``[batch, 1, 1, src_len]`` source padding mask.
+
+    Returns:
+      ``[batch, tgt_len, d_model]``.
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        key_dim: int,
+        value_dim: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        relu_dropout: float = 0.0,
+        pre_norm: bool = False,
+        layer_norm_epsilon: float = 1e-6,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim
+        self.d_ff = d_ff
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.relu_dropout = relu_dropout
+        self.pre_norm = pre_norm
+        self.layer_norm_epsilon = layer_norm_epsilon
+        residual = dict(dropout=dropout, pre_norm=pre_norm, layer_norm_epsilon=layer_norm_epsilon)
+        policy = self.dtype_policy
+        self.self_attention = MultiHeadAttention(
+            num_heads, key_dim, value_dim, dropout=attention_dropout, dtype=policy, name="self_attention"
+        )
+        self.self_attention_residual = ResidualSublayer(**residual, dtype=policy, name="self_attention_residual")
+        self.cross_attention = MultiHeadAttention(
+            num_heads, key_dim, value_dim, dropout=attention_dropout, dtype=policy, name="cross_attention"
+        )
+        self.cross_attention_residual = ResidualSublayer(**residual, dtype=policy, name="cross_attention_residual")
+        self.feed_forward = PositionwiseFeedForward(d_ff, relu_dropout=relu_dropout, dtype=policy, name="feed_forward")
+        self.feed_forward_residual = ResidualSublayer(**residual, dtype=policy, name="feed_forward_residual")
+
+    def build(self, x_shape, memory_shape):
+        self.self_attention.build(x_shape, x_shape)
+        self.self_attention_residual.build(x_shape)
+        self.cross_attention.build(x_shape, memory_shape)
+        self.cross_attention_residual.build(x_shape)
+        self.feed_forward.build(x_shape)
+        self.feed_forward_residual.build(x_shape)
+
+    def call(self, x, memory, self_attention_mask=None, memory_mask=None, training=None):
+        x = self.self_attention_residual(
+            x,
+            sublayer=lambda h: self.self_attention(h, h, attention_mask=self_attention_mask, training=training),
+            training=training,
+        )  # [batch, tgt_len, d_model]
+        x = self.cross_attention_residual(
+            x,
+            sublayer=lambda h: self.cross_attention(h, memory, attention_mask=memory_mask, training=training),
+            training=training,
+        )  # [batch, tgt_len, d_model]
+        return self.feed_forward_residual(
+            x, sublayer=lambda h: self.feed_forward(h, training=training), training=training
+        )  # [batch, tgt_len, d_model]
+
+    def compute_output_shape(self, x_shape, memory_shape):
+        return x_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(_layer_kwargs(self))
+        return config
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class Decoder(keras.layers.Layer):
+    """The decoder stack: positions, dropout, then N decoder layers (section 3.1).
+
+    Takes the scaled target embeddings (shifted right: BOS first) and returns
+    the final hidden states; the model projects them with the shared embedding.
+
+    Args: as :class:`~tf_transformer.layers.encoder.Encoder`.
+
+    Call args:
+      embedded: ``[batch, tgt_len, d_model]``.
+      memory: ``[batch, src_len, d_model]`` encoder output.
+      self_attention_mask: ``[batch, 1, tgt_len, tgt_len]``.
+      memory_mask: ``[batch, 1, 1, src_len]``.
+
+    Returns:
+      ``[batch, tgt_len, d_model]``.
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_heads: int,
+        key_dim: int,
+        value_dim: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        relu_dropout: float = 0.0,
+        pre_norm: bool = False,
+        layer_norm_epsilon: float = 1e-6,
+        position: str = "sinusoidal",
+        max_length: int = 1024,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim
+        self.d_ff = d_ff
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.relu_dropout = relu_dropout
+        self.pre_norm = pre_norm
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.position = position
+        self.max_length = max_length
+        self.position_layer = make_position_layer(position, max_length, self.dtype_policy)
+        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="embedding_dropout")
+        self.decoder_layers = [
+            DecoderLayer(**_layer_kwargs(self), dtype=self.dtype_policy, name=f"layer_{i}") for i in range(num_layers)
+        ]
+        self.final_norm = (
+            keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm")
+            if pre_norm
+            else None
+        )
+
+    def build(self, embedded_shape, memory_shape):
+        self.position_layer.build(embedded_shape)
+        for layer in self.decoder_layers:
+            layer.build(embedded_shape, memory_shape)
+        if self.final_norm is not None:
+            self.final_norm.build(embedded_shape)
+
+    def call(self, embedded, memory, self_attention_mask=None, memory_mask=None, training=None):
+        x = embedded + self.position_layer(embedded)[None]  # [batch, tgt_len, d_model]
+        x = self.embedding_dropout(x, training=training)
+        for layer in self.decoder_layers:
+            x = layer(
+                x, memory, self_attention_mask=self_attention_mask, memory_mask=memory_mask, training=training
+            )  # [batch, tgt_len, d_model]
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x
+
+    def compute_output_shape(self, embedded_shape, memory_shape):
+        return embedded_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            _layer_kwargs(self),
+            num_layers=self.num_layers,
+            position=self.position,
+            max_length=self.max_length,
+        )
+        return config

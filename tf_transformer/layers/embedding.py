@@ -1,0 +1,60 @@
+"""Token embeddings shared with the pre-softmax projection, section 3.4."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class SharedEmbedding(keras.layers.Layer):
+    """An embedding matrix used both ways: ids → vectors and vectors → logits.
+
+    Section 3.4: "we share the same weight matrix between the two embedding
+    layers and the pre-softmax linear transformation … In the embedding layers,
+    we multiply those weights by √d_model."
+
+    Args:
+      vocab_size: number of rows.
+      d_model: embedding width.
+      scale: multiply looked-up embeddings by √d_model.
+
+    Call args:
+      x: ``int[batch, len]`` ids, or ``[batch, len, d_model]`` when ``reverse``.
+      reverse: project onto the vocabulary (x Eᵀ) instead of looking up.
+
+    Returns:
+      ``[batch, len, d_model]`` embeddings, or ``[batch, len, vocab_size]``
+      float32 logits when ``reverse``.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, scale: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.scale = scale
+
+    def build(self, x_shape=None):
+        # N(0, d_model^-0.5): after the √d_model scale the embeddings have unit
+        # variance, and as the output projection the logits start near zero.
+        self.embeddings = self.add_weight(
+            name="embeddings",
+            shape=(self.vocab_size, self.d_model),
+            initializer=keras.initializers.RandomNormal(stddev=self.d_model**-0.5),
+        )
+
+    def call(self, x, reverse=False):
+        if reverse:
+            kernel = ops.cast(self.embeddings, self.compute_dtype)
+            logits = ops.matmul(x, ops.transpose(kernel))  # [batch, len, vocab]
+            return ops.cast(logits, "float32")
+        x = ops.take(self.embeddings, ops.cast(x, "int32"), axis=0)  # [batch, len, d_model]
+        x = ops.cast(x, self.compute_dtype)
+        if self.scale:
+            x = x * ops.cast(self.d_model**0.5, self.compute_dtype)
+        return x
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(vocab_size=self.vocab_size, d_model=self.d_model, scale=self.scale)
+        return config
