@@ -20,9 +20,13 @@ except RuntimeError:  # already initialized (e.g. by a plugin); tests needing 2 
     pass
 
 
+# Seed once: re-seeding in eager mode clears TensorFlow's kernel cache, which
+# drops resources such as a live SentencepieceTokenizer's model.
+keras.utils.set_random_seed(1234)
+
+
 @pytest.fixture(autouse=True)
-def _seed_and_policy():
-    keras.utils.set_random_seed(1234)
+def _float32_policy():
     keras.config.set_dtype_policy("float32")
     yield
     keras.config.set_dtype_policy("float32")

@@ -1,0 +1,52 @@
+"""tf.data input: real parallel text → SentencePiece subwords → token-budget batches."""
+
+from pipelines.batching import Buckets, bucket_by_length, make_buckets
+from pipelines.dataset import (
+    CorpusStats,
+    TrainingData,
+    cached_chunks,
+    corpus_stats,
+    evaluation_dataset,
+    restore_order,
+    to_features_and_labels,
+    tokenize_pairs,
+    training_dataset,
+)
+from pipelines.sources import (
+    DataError,
+    ParallelText,
+    find_split,
+    parallel_files,
+    parallel_prefix,
+    tfds_pairs,
+    tsv_file,
+)
+from pipelines.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_sentencepiece
+
+__all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "PAD_ID",
+    "UNK_ID",
+    "Buckets",
+    "CorpusStats",
+    "DataError",
+    "ParallelText",
+    "Tokenizer",
+    "TrainingData",
+    "bucket_by_length",
+    "cached_chunks",
+    "corpus_stats",
+    "evaluation_dataset",
+    "find_split",
+    "make_buckets",
+    "parallel_files",
+    "parallel_prefix",
+    "restore_order",
+    "tfds_pairs",
+    "to_features_and_labels",
+    "tokenize_pairs",
+    "train_sentencepiece",
+    "training_dataset",
+    "tsv_file",
+]

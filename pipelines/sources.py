@@ -1,0 +1,162 @@
+"""Where parallel text comes from: a pair of files, a prefix + language codes, TSV, or TFDS.
+
+Every local source is validated before anything is built on it, and bad input
+stops with an error that names the file and line: a missing file, invalid
+UTF-8, mismatched line counts, a TSV line without exactly one tab.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator
+
+import tensorflow as tf
+
+
+class DataError(ValueError):
+    """Bad input data; the message names the file, line or field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ParallelText:
+    """A validated parallel corpus on disk.
+
+    Either two line-aligned files (``source_path``/``target_path``) or one TSV
+    file (``tsv_path``, ``source<TAB>target`` per line).
+    """
+
+    source_path: str | None = None
+    target_path: str | None = None
+    tsv_path: str | None = None
+    num_lines: int = 0
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return (self.tsv_path,) if self.tsv_path else (self.source_path, self.target_path)
+
+    def fingerprint(self) -> str:
+        """Identifies the content cheaply (path, size, mtime) for cache keys."""
+        parts = []
+        for path in self.paths:
+            stat = os.stat(path)
+            parts.append(f"{os.path.abspath(path)}:{stat.st_size}:{stat.st_mtime_ns}")
+        return "|".join(parts)
+
+    def pairs(self) -> Iterator[tuple[str, str]]:
+        """Yields (source, target) strings in file order (Python side, for vocabularies)."""
+        if self.tsv_path:
+            with open(self.tsv_path, encoding="utf-8") as tsv:
+                for line in tsv:
+                    source, target = line.rstrip("\r\n").split("\t")
+                    yield source, target
+            return
+        with open(self.source_path, encoding="utf-8") as src, open(self.target_path, encoding="utf-8") as tgt:
+            for source, target in zip(src, tgt, strict=True):
+                yield source.rstrip("\r\n"), target.rstrip("\r\n")
+
+    def dataset(self) -> tf.data.Dataset:
+        """``(source, target)`` string pairs as a tf.data pipeline, in file order."""
+        if self.tsv_path:
+            lines = tf.data.TextLineDataset(self.tsv_path)
+            return lines.map(_split_tsv, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return tf.data.Dataset.zip(
+            (tf.data.TextLineDataset(self.source_path), tf.data.TextLineDataset(self.target_path))
+        )
+
+
+def _split_tsv(line):
+    fields = tf.strings.split(line, "\t")
+    return fields[0], fields[1]
+
+
+def _check_file(path: str, what: str) -> None:
+    if not os.path.exists(path):
+        raise DataError(f"{what} file not found: {path}")
+    if not os.path.isfile(path):
+        raise DataError(f"{what} path is not a file: {path}")
+
+
+def count_valid_lines(path: str, tsv: bool = False) -> int:
+    """Counts lines, raising :class:`DataError` at the first invalid UTF-8 (or TSV) line."""
+    count = 0
+    with open(path, "rb") as stream:
+        for number, raw in enumerate(stream, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise DataError(
+                    f"{path}:{number}: invalid UTF-8 at byte {error.start} of the line ({raw[:60]!r}…)"
+                ) from None
+            if tsv and line.rstrip("\r\n").count("\t") != 1:
+                tabs = line.rstrip("\r\n").count("\t")
+                raise DataError(f"{path}:{number}: expected 'source<TAB>target' (exactly one tab), found {tabs} tabs")
+            count = number
+    return count
+
+
+def parallel_files(source_path: str, target_path: str) -> ParallelText:
+    """Validates a pair of line-aligned files (existence, UTF-8, equal line counts)."""
+    _check_file(source_path, "Source")
+    _check_file(target_path, "Target")
+    source_lines = count_valid_lines(source_path)
+    target_lines = count_valid_lines(target_path)
+    if source_lines != target_lines:
+        raise DataError(
+            f"Line counts differ: {source_path} has {source_lines} lines but {target_path} has {target_lines}; "
+            "parallel files must be line-aligned"
+        )
+    return ParallelText(source_path=source_path, target_path=target_path, num_lines=source_lines)
+
+
+def parallel_prefix(prefix: str, src: str, tgt: str) -> ParallelText:
+    """``prefix.src`` / ``prefix.tgt`` (e.g. ``data/train`` + ``en`` + ``de``)."""
+    return parallel_files(f"{prefix}.{src}", f"{prefix}.{tgt}")
+
+
+def tsv_file(path: str) -> ParallelText:
+    """Validates a ``source<TAB>target`` file."""
+    _check_file(path, "TSV")
+    return ParallelText(tsv_path=path, num_lines=count_valid_lines(path, tsv=True))
+
+
+def find_split(data: str, split: str, src: str, tgt: str) -> ParallelText:
+    """Resolves ``split`` of a corpus given as a directory, a prefix or a TSV file.
+
+    ``data`` may be a directory holding ``{split}.{src}``/``{split}.{tgt}`` (or
+    ``{split}.tsv``), or a file prefix when ``split`` is empty.
+    """
+    if os.path.isdir(data):
+        tsv = os.path.join(data, f"{split}.tsv")
+        if os.path.exists(tsv) and not os.path.exists(os.path.join(data, f"{split}.{src}")):
+            return tsv_file(tsv)
+        return parallel_prefix(os.path.join(data, split), src, tgt)
+    if data.endswith(".tsv"):
+        return tsv_file(data)
+    return parallel_prefix(data if not split else f"{data}{split}", src, tgt)
+
+
+def tfds_pairs(name: str, split: str, src: str, tgt: str, data_dir: str | None = None) -> tf.data.Dataset:
+    """``(source, target)`` strings of a TFDS translation dataset, e.g. ``wmt14_translate/de-en``.
+
+    Downloads and prepares the dataset into ``data_dir`` when it is not there yet.
+    Offline, that fails: the error says how to prepare the data elsewhere or use
+    local files instead.
+    """
+    import tensorflow_datasets as tfds
+
+    try:
+        dataset = tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False)
+    except Exception as error:  # tfds raises many types for a failed download
+        raise DataError(
+            f"Could not load TFDS dataset {name!r} (split {split!r}, data_dir {data_dir!r}): {error}\n"
+            "This machine may be offline. Either prepare it where there is network access "
+            f"(`tfds build {name} --data_dir DIR`) and copy DIR here (pass it as the data_dir), "
+            f"or use local parallel text files instead (e.g. --data path/to/corpus --src {src} --tgt {tgt}, "
+            f"which reads {{split}}.{src} and {{split}}.{tgt})."
+        ) from error
+    spec = dataset.element_spec
+    missing = [code for code in (src, tgt) if code not in spec]
+    if missing:
+        raise DataError(f"TFDS dataset {name!r} has no field(s) {missing}; its fields are {sorted(spec)}")
+    return dataset.map(lambda example: (example[src], example[tgt]), num_parallel_calls=tf.data.AUTOTUNE)

@@ -1,0 +1,135 @@
+"""A shared source-target SentencePiece vocabulary (section 5.1) and its in-graph tokenizer.
+
+The paper used a shared BPE vocabulary of about 37,000 tokens for WMT EN–DE. We
+train one SentencePiece model (BPE by default, unigram as an option) on the
+training text of both sides, sampling sentences for big corpora, and tokenize
+in the graph with ``tensorflow_text.SentencepieceTokenizer`` so the exported
+model takes strings. Special ids are fixed: padding 0, UNK 1, BOS 2, EOS 3.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import tempfile
+from collections.abc import Iterable
+
+import sentencepiece as spm
+import tensorflow as tf
+
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+
+
+def _sample_sentences(pairs: Iterable[tuple[str, str]], max_sentences: int, seed: int) -> list[str]:
+    """Both sides of up to ``max_sentences // 2`` pairs, reservoir-sampled when there are more."""
+    keep = max(1, max_sentences // 2)
+    reservoir: list[tuple[str, str]] = []
+    rng = random.Random(seed)
+    for index, pair in enumerate(pairs):
+        if index < keep:
+            reservoir.append(pair)
+        else:
+            slot = rng.randint(0, index)
+            if slot < keep:
+                reservoir[slot] = pair
+    return [side for pair in reservoir for side in pair if side.strip()]
+
+
+def train_sentencepiece(
+    pairs: Iterable[tuple[str, str]],
+    model_path: str,
+    vocab_size: int = 8000,
+    model_type: str = "bpe",
+    max_sentences: int = 2_000_000,
+    character_coverage: float = 1.0,
+    byte_fallback: bool = False,
+    seed: int = 0,
+) -> str:
+    """Trains a shared SentencePiece model on both sides of ``pairs`` and writes ``model_path``.
+
+    Args:
+      pairs: ``(source, target)`` sentences (only the training split!).
+      model_path: where the ``.model`` file goes; written atomically.
+      vocab_size: requested size; smaller corpora may yield fewer pieces
+        (``hard_vocab_limit=False``), so read the real size from the model.
+      model_type: ``"bpe"`` (the paper's) or ``"unigram"``.
+      max_sentences: sample at most this many sentences (both sides counted).
+      character_coverage: 1.0 keeps every character of the sample.
+      byte_fallback: spell unknown characters as UTF-8 bytes instead of UNK.
+
+    Returns:
+      ``model_path``.
+    """
+    if model_type not in ("bpe", "unigram"):
+        raise ValueError(f"model_type must be 'bpe' or 'unigram', got {model_type!r}")
+    sentences = _sample_sentences(pairs, max_sentences, seed)
+    if not sentences:
+        raise ValueError("Cannot train a vocabulary on an empty corpus")
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=character_coverage,
+        byte_fallback=byte_fallback,
+        hard_vocab_limit=False,
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+        input_sentence_size=0,  # already sampled above
+        num_threads=os.cpu_count() or 1,
+        minloglevel=2,
+    )
+    directory = os.path.dirname(os.path.abspath(model_path))
+    os.makedirs(directory, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=directory, delete=False, suffix=".tmp") as handle:
+        handle.write(model.getvalue())
+    os.replace(handle.name, model_path)
+    return model_path
+
+
+class Tokenizer(tf.Module):
+    """In-graph SentencePiece tokenization with the fixed special ids.
+
+    ``tokenize`` maps ``string[batch]`` to ``int32`` ragged ids (no BOS/EOS);
+    ``detokenize`` maps ids (ragged or padded with 0) back to strings, dropping
+    padding, BOS and EOS. Ids equal the ``sentencepiece`` library's.
+    """
+
+    def __init__(self, model_path: str, name: str = "tokenizer"):
+        super().__init__(name=name)
+        with tf.io.gfile.GFile(model_path, "rb") as handle:
+            self.model_proto = handle.read()
+        import tensorflow_text as text
+
+        self.model_path = model_path
+        self._sp = text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32)
+        processor = spm.SentencePieceProcessor(model_proto=self.model_proto)
+        self.vocab_size = processor.get_piece_size()
+        special = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
+        if special != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+            raise ValueError(
+                f"{model_path}: special ids (pad, unk, bos, eos) are {special}, "
+                f"expected {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; train it with pipelines.vocab.train_sentencepiece"
+            )
+
+    def python_processor(self) -> spm.SentencePieceProcessor:
+        return spm.SentencePieceProcessor(model_proto=self.model_proto)
+
+    def tokenize(self, strings):
+        """``string[batch]`` → ``int32`` RaggedTensor ``[batch, (len)]``."""
+        return self._sp.tokenize(strings)
+
+    def detokenize(self, ids):
+        """``int[batch, len]`` (ragged, or dense padded with 0) → ``string[batch]``."""
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.RaggedTensor.from_tensor(ids, padding=PAD_ID)
+        keep = (ids != PAD_ID) & (ids != BOS_ID) & (ids != EOS_ID)  # UNK stays: it detokenizes to " ⁇ "
+        ids = tf.ragged.boolean_mask(ids, keep)
+        return self._sp.detokenize(ids)
