@@ -37,6 +37,8 @@ setup(
     entry_points={
         "console_scripts": [
             "tft-model-info=tf_transformer.cli.model_info:run",
+            "tft-train=tf_transformer.cli.train:run",
+            "tft-average=tf_transformer.cli.average:run",
         ]
     },
     license="Apache-2.0",

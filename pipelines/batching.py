@@ -31,6 +31,15 @@ class Buckets:
     tokens_per_batch: int
     num_replicas: int
 
+    def batches_for(self, lengths) -> int:
+        """Batches one pass over examples whose longer sides are ``lengths`` makes."""
+        import numpy as np
+
+        bucket = np.searchsorted(np.asarray(self.padded_lengths), np.asarray(lengths), side="left")
+        counts = np.bincount(bucket, minlength=len(self.padded_lengths))[: len(self.padded_lengths)]
+        sizes = np.asarray(self.batch_sizes)
+        return int(np.sum(-(-counts // sizes)))
+
     @property
     def boundaries(self) -> list[int]:
         # bucket_by_sequence_length's buckets are [b_{i-1}, b_i) and it pads to b_i - 1.

@@ -210,6 +210,7 @@ class TrainingData:
     dataset: tf.data.Dataset
     stats: CorpusStats
     buckets: Buckets
+    batches_per_epoch: int
 
 
 def training_dataset(
@@ -274,7 +275,8 @@ def training_dataset(
         window_batches = int(min(window, stats.kept) * mean_longer / tokens_per_batch) + 1
         dataset = dataset.shuffle(min(max(window_batches, 16), 2048), seed=seed)
     dataset = dataset.prefetch(tf.data.AUTOTUNE).with_options(options)
-    return TrainingData(dataset, stats, buckets)
+    kept = lengths[_keep(lengths, max_length)]
+    return TrainingData(dataset, stats, buckets, buckets.batches_for(kept.max(axis=1)))
 
 
 def evaluation_dataset(

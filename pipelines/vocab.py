@@ -106,10 +106,8 @@ class Tokenizer(tf.Module):
         super().__init__(name=name)
         with tf.io.gfile.GFile(model_path, "rb") as handle:
             self.model_proto = handle.read()
-        import tensorflow_text as text
-
         self.model_path = model_path
-        self._sp = text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32)
+        self._sp = self._make_op()
         processor = spm.SentencePieceProcessor(model_proto=self.model_proto)
         self.vocab_size = processor.get_piece_size()
         special = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
@@ -119,12 +117,28 @@ class Tokenizer(tf.Module):
                 f"expected {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; train it with pipelines.vocab.train_sentencepiece"
             )
 
+    def _make_op(self):
+        import tensorflow_text as text
+
+        return text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32)
+
+    def _eager_retry(self, method, value):
+        try:
+            return getattr(self._sp, method)(value)
+        except tf.errors.NotFoundError:
+            # tf.random.set_seed (and keras.utils.set_random_seed) clear TensorFlow's
+            # eager kernel cache, which drops the op's loaded model: load it again.
+            if not tf.executing_eagerly():
+                raise
+            self._sp = self._make_op()
+            return getattr(self._sp, method)(value)
+
     def python_processor(self) -> spm.SentencePieceProcessor:
         return spm.SentencePieceProcessor(model_proto=self.model_proto)
 
     def tokenize(self, strings):
         """``string[batch]`` → ``int32`` RaggedTensor ``[batch, (len)]``."""
-        return self._sp.tokenize(strings)
+        return self._eager_retry("tokenize", strings)
 
     def detokenize(self, ids):
         """``int[batch, len]`` (ragged, or dense padded with 0) → ``string[batch]``."""
@@ -132,4 +146,4 @@ class Tokenizer(tf.Module):
             ids = tf.RaggedTensor.from_tensor(ids, padding=PAD_ID)
         keep = (ids != PAD_ID) & (ids != BOS_ID) & (ids != EOS_ID)  # UNK stays: it detokenizes to " ⁇ "
         ids = tf.ragged.boolean_mask(ids, keep)
-        return self._sp.detokenize(ids)
+        return self._eager_retry("detokenize", ids)

@@ -205,6 +205,10 @@ class Encoder(keras.layers.Layer):
             if pre_norm
             else None
         )
+        # Also one attribute per layer: TensorFlow checkpoints (tf.train.Checkpoint)
+        # do not see into Keras' tracked lists, and training checkpoints use them.
+        for index, layer in enumerate(self.encoder_layers):
+            setattr(self, f"layer_{index}", layer)
 
     def build(self, embedded_shape):
         self.position_layer.build(embedded_shape)

@@ -1,0 +1,324 @@
+"""Training: loss, metrics, schedule, accumulation, strategies, XLA shapes, checkpoints, averaging, resume."""
+
+import json
+import math
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import pipelines
+from configs import get_config
+from tests.test_pipelines import write_corpus
+from tf_transformer import build_transformer
+from tf_transformer.averaging import average_checkpoints, last_checkpoints
+from tf_transformer.training import (
+    LabelSmoothedCrossEntropy,
+    TokenAccuracy,
+    TokenPerplexity,
+    TransformerSchedule,
+    paper_optimizer,
+)
+from tf_transformer.training.trainer import RunOptions, compile_model, load_run, restore_model, train
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RNG = np.random.default_rng(3)
+BIN = pathlib.Path(sys.executable).parent
+
+
+def np_log_softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+# --- recipe ----------------------------------------------------------------------------------------
+
+
+def test_schedule_is_eq3_and_serializable():
+    schedule = TransformerSchedule(d_model=512, warmup_steps=4000)
+    for step in (1, 100, 4000, 10_000, 100_000):
+        expected = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
+        assert float(schedule(step - 1)) == pytest.approx(expected, rel=1e-5)  # Keras counts from 0
+    peak = float(schedule(3999))
+    assert peak == pytest.approx(512**-0.5 * 4000**-0.5, rel=1e-5)
+    clone = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
+    assert isinstance(clone, TransformerSchedule) and clone.get_config() == schedule.get_config()
+    scaled = TransformerSchedule(256, 100, scale=2.0, accumulate_steps=4)
+    assert float(scaled(4 * 9 + 3)) == pytest.approx(2.0 * 256**-0.5 * min(10**-0.5, 10 * 100**-1.5), rel=1e-5)
+
+
+def test_paper_optimizer_hyperparameters():
+    optimizer = paper_optimizer(512)
+    assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)
+
+
+def test_label_smoothed_loss_matches_numpy_and_ignores_padding():
+    logits = RNG.normal(size=(2, 4, 7)).astype("float32")
+    labels = np.array([[3, 5, 2, 0], [1, 0, 0, 0]], "int32")
+    eps = 0.1
+    log_probs = np_log_softmax(logits.astype(np.float64))
+    target = np.full((2, 4, 7), eps / 7)
+    target[np.arange(2)[:, None], np.arange(4)[None, :], labels] += 1 - eps
+    per_token = -(target * log_probs).sum(-1)
+    mask = labels != 0
+    expected = per_token[mask].mean()
+    loss = LabelSmoothedCrossEntropy(eps)(labels, logits)
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+    changed = logits.copy()
+    changed[~mask] = 100.0  # logits at padded positions do not matter
+    assert float(LabelSmoothedCrossEntropy(eps)(labels, changed)) == pytest.approx(expected, rel=1e-5)
+    unsmoothed = float(LabelSmoothedCrossEntropy(0.0)(labels, logits))
+    nll = -log_probs[np.arange(2)[:, None], np.arange(4)[None, :], labels]
+    assert unsmoothed == pytest.approx(nll[mask].mean(), rel=1e-5)
+    # Half-precision logits: the loss is still computed in float32.
+    assert LabelSmoothedCrossEntropy(eps)(labels, tf.cast(logits, tf.bfloat16)).dtype == tf.float32
+
+
+def test_token_metrics():
+    logits = RNG.normal(size=(2, 3, 5)).astype("float32")
+    labels = np.array([[1, 2, 0], [4, 0, 0]], "int32")
+    accuracy, perplexity = TokenAccuracy(), TokenPerplexity()
+    accuracy.update_state(labels, logits)
+    perplexity.update_state(labels, logits)
+    mask = labels != 0
+    assert float(accuracy.result()) == pytest.approx((logits.argmax(-1) == labels)[mask].mean())
+    nll = -np_log_softmax(logits)[np.arange(2)[:, None], np.arange(3)[None, :], labels]
+    assert float(perplexity.result()) == pytest.approx(math.exp(nll[mask].mean()), rel=1e-5)
+
+
+def test_user_script_in_readme_trains(tmp_path):
+    script = (ROOT / "examples" / "fit_your_own.py").read_text()
+    readme = (ROOT / "README.md").read_text()
+    body = script.split('"""', 2)[2].strip()
+    assert body in readme, "README must show examples/fit_your_own.py as it is"
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, n=200)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "fit_your_own.py"), "--data", str(corpus), "--steps", "3"]
+        + ["--vocab", str(tmp_path / "sp.model")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert math.isfinite(float(result.stdout.strip().splitlines()[-1].split()[-1]))
+
+
+# --- gradient accumulation ------------------------------------------------------------------------------
+
+
+def _batch(rows, length):
+    ids = RNG.integers(4, 200, size=(rows, length)).astype("int32")
+    return {"inputs": ids, "targets": ids[:, ::-1].copy()}, np.roll(ids, 1, axis=1)
+
+
+def test_accumulated_micro_batches_equal_one_batch():
+    """N micro-batches with gradient accumulation make the same update as their union."""
+    config = get_config("tiny", dropout=0.0)
+    (f1, l1), (f2, l2) = _batch(4, 6), _batch(4, 6)  # no padding: equal token counts
+    union = ({k: np.concatenate([f1[k], f2[k]]) for k in f1}, np.concatenate([l1, l2]))
+
+    def trained(optimizer, batches):
+        keras.utils.set_random_seed(11)
+        model = build_transformer(config)
+        model.compile(optimizer=optimizer, loss=LabelSmoothedCrossEntropy(0.1))
+        for features, labels in batches:
+            model.train_on_batch(features, labels)
+        return model
+
+    accumulated = trained(keras.optimizers.SGD(0.5, gradient_accumulation_steps=2), [(f1, l1), (f2, l2)])
+    whole = trained(keras.optimizers.SGD(0.5), [union])
+    for a, b in zip(accumulated.get_weights(), whole.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, atol=2e-6)
+    assert int(accumulated.optimizer.iterations) == int(whole.optimizer.iterations) == 1
+    # The paper's optimizer: the schedule advances once per update, not per micro-batch.
+    optimizer = paper_optimizer(32, warmup_steps=10, accumulate_steps=2)
+    model = trained(optimizer, [(f1, l1), (f2, l2), (f1, l1), (f2, l2)])
+    assert int(model.optimizer.iterations) == 2
+    assert float(optimizer._get_current_learning_rate()) == pytest.approx(32**-0.5 * 3 * 10**-1.5, rel=1e-5)
+
+
+# --- runs --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("train_corpus")
+    write_corpus(directory, n=400)
+    src, tgt = write_corpus(directory / "dev_tmp", n=30, seed=5)
+    (directory / "val.en").write_text("\n".join(src) + "\n")
+    (directory / "val.de").write_text("\n".join(tgt) + "\n")
+    return directory
+
+
+def tiny_options(corpus_dir, **changes):
+    values = dict(
+        data=str(corpus_dir),
+        dev_split=None,
+        train_steps=6,
+        steps_per_epoch=3,
+        checkpoint_every=2,
+        tokens=512,
+        max_length=64,
+        vocab_size=120,
+        dev_bleu_sentences=0,
+        verbose=0,
+    )
+    values.update(changes)
+    return RunOptions(**values)
+
+
+def test_train_writes_a_complete_model_dir_and_tensorboard(tmp_path, corpus_dir):
+    options = tiny_options(corpus_dir, dev_split="val", dev_bleu_sentences=5, log_every=1)
+    summary = train(get_config("tiny"), options, str(tmp_path / "run"))
+    run = tmp_path / "run"
+    assert summary["steps"] == 6 and math.isfinite(summary["history"]["loss"][-1])
+    config, stored = load_run(str(run))
+    assert config.vocab_size == pipelines.Tokenizer(str(run / "sp.model")).vocab_size
+    assert stored["train_steps"] == 6
+    assert [os.path.basename(p) for p in last_checkpoints(str(run), 3)] == [
+        "ckpt-3",
+        "ckpt-4",
+        "ckpt-6",
+    ]  # every 2 steps and at epoch ends (3 steps)
+    assert "val_loss" in summary["history"] and summary["dev_bleu"] is not None
+    tags = set()
+    for event_file in (run / "logs").rglob("events.out.tfevents.*"):
+        for record in tf.data.TFRecordDataset(str(event_file)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            tags.update(value.tag for value in event.summary.value)
+    for tag in ("learning_rate", "target_tokens_per_second", "bleu", "sample_translations", "epoch_loss"):
+        assert tag in tags, tags
+    model, _ = restore_model(str(run))
+    assert model.count_params() == summary["params"]
+    # Every weight comes from the checkpoint: two fresh restores agree exactly
+    # (a weight missing from the checkpoint would keep its random initial value).
+    again, _ = restore_model(str(run))
+    for a, b in zip(model.get_weights(), again.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_mirrored_strategy_over_two_logical_cpus(tmp_path, corpus_dir):
+    if len(tf.config.list_logical_devices("CPU")) < 2:
+        pytest.skip("needs two logical CPU devices (set in conftest before TensorFlow starts)")
+    summary = train(get_config("tiny"), tiny_options(corpus_dir, strategy="mirrored"), str(tmp_path / "run"))
+    assert summary["steps"] == 6 and math.isfinite(summary["history"]["loss"][-1])
+
+
+def test_xla_sees_one_shape_per_bucket(tmp_path, corpus_dir):
+    tokenizer_path = tmp_path / "sp.model"
+    corpus = pipelines.find_split(str(corpus_dir), "train", "en", "de")
+    pipelines.train_sentencepiece(corpus.pairs(), str(tokenizer_path), vocab_size=120)
+    tokenizer = pipelines.Tokenizer(str(tokenizer_path))
+    data = pipelines.training_dataset(
+        corpus, tokenizer, tokens_per_batch=512, max_length=64, pad_to_bucket_boundary=True
+    )
+    shapes = set()
+
+    def record(features, labels):
+        shapes.add((tuple(features["inputs"].shape), tuple(labels.shape)))
+        return features, labels
+
+    batches = [record(f, lab) for f, lab in data.dataset]
+    config = get_config("tiny", vocab_size=tokenizer.vocab_size)
+    model = compile_model(build_transformer(config), config, jit_compile=True)
+    feed = tf.data.Dataset.from_generator(
+        lambda: iter(batches),
+        output_signature=data.dataset.element_spec,
+    )
+    history = model.fit(feed, epochs=1, verbose=0)
+    assert math.isfinite(history.history["loss"][0])
+    used = {length for length in data.buckets.padded_lengths if any(s[0][1] == length for s in shapes)}
+    assert len(shapes) == len(used) <= len(data.buckets.padded_lengths)  # XLA compiles one program per shape
+
+
+def test_average_is_exactly_the_mean_of_the_last_checkpoints(tmp_path, corpus_dir):
+    run = str(tmp_path / "run")
+    train(get_config("tiny"), tiny_options(corpus_dir, checkpoint_every=1), run)
+    paths = last_checkpoints(run, 3)
+    model, _ = restore_model(run, paths[0])
+    per_checkpoint = []
+    for path in paths:
+        tf.train.Checkpoint(model=model).restore(path).expect_partial()
+        per_checkpoint.append([w.numpy().copy() for w in model.weights])
+    assert not np.array_equal(per_checkpoint[0][0], per_checkpoint[-1][0])
+    result = subprocess.run(
+        [str(BIN / "tft-average"), "--model_dir", run, "--last", "3"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    averaged_path = json.loads(result.stdout.strip().splitlines()[-1])["averaged"]
+    tf.train.Checkpoint(model=model).restore(averaged_path).expect_partial()
+    for index, weight in enumerate(model.weights):
+        expected = np.mean(np.stack([c[index] for c in per_checkpoint]).astype(np.float64), axis=0).astype(np.float32)
+        np.testing.assert_array_equal(weight.numpy(), expected)
+    with pytest.raises(ValueError, match="keeps only"):
+        average_checkpoints(run, last=99)
+
+
+def test_cli_errors_name_the_flag(tmp_path):
+    result = subprocess.run(
+        [str(BIN / "tft-train"), "--config", "tiny", "--data", str(tmp_path / "nope"), "--model_dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0 and "--data" in result.stderr and "nope" in result.stderr
+    result = subprocess.run(
+        [str(BIN / "tft-train"), "--config", "tiny", "--data", str(tmp_path), "--model_dir", str(tmp_path)]
+        + ["--set", "d_modle=3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0 and "d_modle" in result.stderr
+
+
+def _final_weights(run):
+    model, _ = restore_model(run)
+    return model.get_weights()
+
+
+def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, corpus_dir):
+    """SIGKILL after a checkpoint, rerun the same command: it continues and matches an uninterrupted run."""
+    common = ["--config", "tiny", "--data", str(corpus_dir), "--dev_split", "", "--train_steps", "10"]
+    common += ["--steps_per_epoch", "4", "--checkpoint_every", "2", "--tokens", "512", "--max_length", "64"]
+    common += ["--vocab_size", "120", "--set", "dropout=0.0", "--keep_checkpoints", "20"]
+    reference = tmp_path / "reference"
+    done = subprocess.run(
+        [str(BIN / "tft-train"), *common, "--model_dir", str(reference)], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    killed = tmp_path / "killed"
+    process = subprocess.Popen(
+        [str(BIN / "tft-train"), *common, "--model_dir", str(killed)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and not (killed / "checkpoints" / "ckpt-6.index").exists():
+            time.sleep(0.05)
+        assert (killed / "checkpoints" / "ckpt-6.index").exists(), "no checkpoint appeared"
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=60)
+    interrupted_at = int(tf.train.latest_checkpoint(str(killed / "checkpoints")).rsplit("-", 1)[1])
+    assert interrupted_at < 10
+    resumed = subprocess.run(
+        [str(BIN / "tft-train"), *common, "--model_dir", str(killed)], capture_output=True, text=True, timeout=600
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Resumed from" in resumed.stderr
+    summary = json.loads((killed / "train_summary.json").read_text())
+    assert summary["steps"] == 10
+    for a, b in zip(_final_weights(str(killed)), _final_weights(str(reference)), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-4)

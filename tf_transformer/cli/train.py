@@ -1,0 +1,113 @@
+"""``tft-train``: train a Transformer on parallel text with the paper's recipe.
+
+    tft-train --config small --data ../shared/data/multi30k --src en --tgt de --model_dir runs/m30k
+
+Flags can also come from a file: ``tft-train --flagfile=run.flags``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from absl import app, flags, logging
+
+from configs import preset_names
+from tf_transformer.training.strategy import PRECISIONS, STRATEGIES
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("config", "small", preset_names(), "Preset: tiny, small, base, big or a Table 3 row.")
+flags.DEFINE_string("data", None, "Corpus directory ({split}.{src}/{split}.{tgt} or {split}.tsv) or file prefix.")
+flags.DEFINE_string("src", "en", "Source language code (file suffix).")
+flags.DEFINE_string("tgt", "de", "Target language code (file suffix).")
+flags.DEFINE_string("train_split", "train", "Training split name.")
+flags.DEFINE_string("dev_split", "val", "Development split for validation loss and BLEU ('' to skip).")
+flags.DEFINE_string("model_dir", None, "Run directory: config, vocabulary, checkpoints, TensorBoard logs.")
+flags.DEFINE_integer("epochs", None, "Epochs (passes over the data) to train.", lower_bound=1)
+flags.DEFINE_integer(
+    "train_steps", None, "Stop after this many optimizer steps (default: the preset's).", lower_bound=1
+)
+flags.DEFINE_integer("steps_per_epoch", None, "Micro-batches per epoch (default: one pass over the data).")
+flags.DEFINE_integer("checkpoint_every", 1000, "Also checkpoint every N optimizer steps (0: epoch ends only).")
+flags.DEFINE_integer("keep_checkpoints", 10, "Checkpoints kept (the newest).", lower_bound=1)
+flags.DEFINE_integer("tokens", None, "Global token budget per batch and side (default: the preset's).", lower_bound=8)
+flags.DEFINE_integer("max_length", None, "Drop pairs with a side longer than this many subwords.", lower_bound=2)
+flags.DEFINE_enum("precision", "float32", PRECISIONS, "Compute precision (mixed_bfloat16 is fastest on CPU).")
+flags.DEFINE_enum("strategy", "auto", STRATEGIES, "Distribution strategy.")
+flags.DEFINE_bool("jit_compile", None, "XLA-compile the train step (default: on when a GPU is present).")
+flags.DEFINE_integer("accumulate_steps", 1, "Accumulate gradients over N micro-batches per update.", lower_bound=1)
+flags.DEFINE_integer("seed", 1, "Random seed (data order and initialization).")
+flags.DEFINE_integer("vocab_size", None, "Shared SentencePiece vocabulary size (default: the preset's).")
+flags.DEFINE_enum("vocab_model_type", "bpe", ["bpe", "unigram"], "SentencePiece model type.")
+flags.DEFINE_integer("dev_bleu_sentences", 100, "Dev sentences translated for BLEU each epoch (0: none).")
+flags.DEFINE_multi_string("set", [], "Override a config field, e.g. --set dropout=0.2 (repeatable).")
+
+
+def _overrides(settings: list[str]) -> dict:
+    from configs import TransformerConfig
+
+    fields = {f.name: f.type for f in TransformerConfig.__dataclass_fields__.values()}
+    overrides = {}
+    for setting in settings:
+        name, sep, value = setting.partition("=")
+        if not sep or name not in fields:
+            raise app.UsageError(f"--set {setting!r}: expected FIELD=VALUE with FIELD one of {', '.join(fields)}")
+        try:
+            overrides[name] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[name] = value  # a plain string such as position=learned
+    return overrides
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    if not FLAGS.data:
+        raise app.UsageError("--data is required: a corpus directory or file prefix")
+    if not FLAGS.model_dir:
+        raise app.UsageError("--model_dir is required: where the run is written")
+    if not os.path.exists(FLAGS.data) and not os.path.exists(f"{FLAGS.data}{FLAGS.train_split}.{FLAGS.src}"):
+        raise app.UsageError(f"--data {FLAGS.data!r}: no such directory or file prefix")
+    from configs import get_config
+    from pipelines import DataError
+    from tf_transformer.training.trainer import RunOptions, train
+
+    logging.set_verbosity(logging.INFO)
+    config = get_config(FLAGS.config, **_overrides(FLAGS.set))
+    options = RunOptions(
+        data=FLAGS.data,
+        src=FLAGS.src,
+        tgt=FLAGS.tgt,
+        train_split=FLAGS.train_split,
+        dev_split=FLAGS.dev_split or None,
+        epochs=FLAGS.epochs,
+        train_steps=FLAGS.train_steps,
+        steps_per_epoch=FLAGS.steps_per_epoch,
+        checkpoint_every=FLAGS.checkpoint_every or None,
+        keep_checkpoints=FLAGS.keep_checkpoints,
+        tokens=FLAGS.tokens,
+        max_length=FLAGS.max_length,
+        precision=FLAGS.precision,
+        strategy=FLAGS.strategy,
+        jit_compile=FLAGS.jit_compile,
+        accumulate_steps=FLAGS.accumulate_steps,
+        seed=FLAGS.seed,
+        vocab_size=FLAGS.vocab_size,
+        vocab_model_type=FLAGS.vocab_model_type,
+        dev_bleu_sentences=FLAGS.dev_bleu_sentences,
+        verbose="auto" if os.isatty(1) else 2,
+    )
+    print(f"TensorBoard: tensorboard --logdir {os.path.join(FLAGS.model_dir, 'logs')}", flush=True)
+    try:
+        summary = train(config, options, FLAGS.model_dir)
+    except DataError as error:
+        raise app.UsageError(str(error)) from None
+    print(json.dumps({k: v for k, v in summary.items() if k != "history"}))
+
+
+def run():
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,12 @@
+"""Training: the paper's loss, metrics, schedule and optimizer, strategies and the fit driver."""
+
+from tf_transformer.training.losses import LabelSmoothedCrossEntropy, TokenAccuracy, TokenPerplexity
+from tf_transformer.training.schedules import TransformerSchedule, paper_optimizer
+
+__all__ = [
+    "LabelSmoothedCrossEntropy",
+    "TokenAccuracy",
+    "TokenPerplexity",
+    "TransformerSchedule",
+    "paper_optimizer",
+]

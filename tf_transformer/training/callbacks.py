@@ -1,0 +1,153 @@
+"""Callbacks for long runs: step-based checkpoints, a step limit, and TensorBoard monitoring."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+
+def _finite(logs) -> bool:
+    loss = (logs or {}).get("loss")
+    return loss is None or math.isfinite(float(loss))
+
+
+class StepCheckpoint(keras.callbacks.Callback):
+    """Saves model and optimizer every ``every_steps`` updates and at each epoch end.
+
+    Uses ``tf.train.CheckpointManager`` (keeps the last ``max_to_keep``; each
+    checkpoint is complete once its index file is written, so a killed run
+    leaves the previous one usable). Never saves after a non-finite loss, so
+    with ``TerminateOnNaN`` the last good checkpoint stays the latest.
+    """
+
+    def __init__(self, manager: tf.train.CheckpointManager, every_steps: int | None, micro_steps: int = 1):
+        super().__init__()
+        self.manager = manager
+        self.every_steps = every_steps
+        self.micro_steps = micro_steps
+        self._bad = False
+        self._last_saved = None
+
+    def _updates(self) -> int:
+        return int(self.model.optimizer.iterations.numpy())
+
+    def _save(self):
+        if self._bad:
+            return
+        step = self._updates()
+        if step == self._last_saved:
+            return
+        path = self.manager.save(checkpoint_number=step)
+        self._last_saved = step
+        logging.info("Saved checkpoint %s", path)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not _finite(logs):
+            self._bad = True
+            return
+        micro = int(self.model.optimizer._iterations.numpy()) if self.micro_steps > 1 else None
+        if micro is not None and micro % self.micro_steps:
+            return  # mid-accumulation: the update is not complete
+        if self.every_steps and self._updates() % self.every_steps == 0:
+            self._save()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if _finite(logs):
+            self._save()
+
+
+class StopAtStep(keras.callbacks.Callback):
+    """Stops training once the optimizer has made ``train_steps`` updates."""
+
+    def __init__(self, train_steps: int):
+        super().__init__()
+        self.train_steps = train_steps
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) >= self.train_steps:
+            self.model.stop_training = True
+
+
+class TrainingMonitor(keras.callbacks.Callback):
+    """TensorBoard scalars per step (learning rate, target tokens/s) and, per epoch,
+    validation BLEU on a dev subset and a few sample translations as text.
+
+    ``translate`` maps a list of source strings to hypotheses; BLEU is sacreBLEU
+    on detokenized, cased text.
+    """
+
+    def __init__(self, log_dir: str, every_steps: int = 50, dev_sources=(), dev_references=(), translate=None):
+        super().__init__()
+        self.train_writer = tf.summary.create_file_writer(f"{log_dir}/train")
+        self.validation_writer = tf.summary.create_file_writer(f"{log_dir}/validation")
+        self.every_steps = every_steps
+        self.dev_sources = list(dev_sources)
+        self.dev_references = list(dev_references)
+        self.translate = translate
+        self.last_bleu = None
+
+    def on_train_begin(self, logs=None):
+        self._time = time.perf_counter()
+        self._tokens = 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_tokens = 0.0
+
+    def on_train_batch_end(self, batch, logs=None):
+        logs = logs or {}
+        tokens = float(logs.get("target_tokens", 0.0))  # cumulative in the epoch
+        self._tokens += max(tokens - self._epoch_tokens, 0.0)
+        self._epoch_tokens = tokens
+        step = int(self.model.optimizer.iterations.numpy())
+        if step % self.every_steps:
+            return
+        now = time.perf_counter()
+        optimizer = self.model.optimizer
+        learning_rate = float(optimizer._get_current_learning_rate().numpy())
+        with self.train_writer.as_default(step=step):
+            tf.summary.scalar("learning_rate", learning_rate)
+            tf.summary.scalar("target_tokens_per_second", self._tokens / max(now - self._time, 1e-9))
+            if "loss" in logs:
+                tf.summary.scalar("step_loss", float(logs["loss"]))
+        self._time, self._tokens = now, 0.0
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not (self.translate and self.dev_sources):
+            return
+        import sacrebleu
+
+        hypotheses = self.translate(self.dev_sources)
+        bleu = sacrebleu.corpus_bleu(hypotheses, [self.dev_references])
+        self.last_bleu = bleu.score
+        if logs is not None:
+            logs["val_bleu"] = bleu.score
+        step = int(self.model.optimizer.iterations.numpy())
+        samples = "\n\n".join(
+            f"**source:** {s}  \n**reference:** {r}  \n**output:** {h}"
+            for s, r, h in list(zip(self.dev_sources, self.dev_references, hypotheses, strict=True))[:4]
+        )
+        with self.validation_writer.as_default(step=step):
+            tf.summary.scalar("bleu", bleu.score)
+            tf.summary.text("sample_translations", samples)
+        logging.info("epoch %d step %d: dev-subset BLEU %.2f", epoch + 1, step, bleu.score)
+
+
+class TargetTokens(keras.metrics.Metric):
+    """Counts non-padding target tokens (for tokens/s)."""
+
+    def __init__(self, name="target_tokens", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count", dtype="float32")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        self.count.assign_add(tf.reduce_sum(tf.cast(tf.not_equal(y_true, 0), tf.float32)))
+
+    def result(self):
+        return self.count
+
+    def reset_state(self):
+        self.count.assign(0.0)

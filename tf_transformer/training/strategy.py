@@ -1,0 +1,49 @@
+"""Distribution strategies and precision policies, chosen by name."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+
+
+def make_strategy(name: str = "auto") -> tf.distribute.Strategy:
+    """``auto``: MirroredStrategy over all GPUs when there are several, else one device.
+
+    ``mirrored`` mirrors over all GPUs, or over all logical CPU devices when
+    there is no GPU (how the tests exercise it). ``multi_worker`` reads
+    ``TF_CONFIG``; Keras 3 ``fit`` fails under it (keras-team/keras#20585), so the
+    trainer drives it with its own loop.
+    """
+    gpus = tf.config.list_logical_devices("GPU")
+    if name == "auto":
+        return tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.OneDeviceStrategy(_first_device())
+    if name == "one_device":
+        return tf.distribute.OneDeviceStrategy(_first_device())
+    if name == "mirrored":
+        if gpus:
+            return tf.distribute.MirroredStrategy()
+        cpus = [device.name for device in tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(cpus, cross_device_ops=tf.distribute.ReductionToOneDevice())
+    if name == "multi_worker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    raise ValueError(f"--strategy must be one of {', '.join(STRATEGIES)}; got {name!r}")
+
+
+def _first_device() -> str:
+    gpus = tf.config.list_logical_devices("GPU")
+    return gpus[0].name if gpus else "/cpu:0"
+
+
+def set_precision(precision: str) -> None:
+    """Sets Keras' global dtype policy (``mixed_float16`` gets loss scaling from ``compile``)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+    keras.config.set_dtype_policy(precision)
+
+
+def default_jit_compile() -> bool:
+    """XLA by default only where it pays: on GPUs (on CPU it recompiles per shape, 6–8 s each)."""
+    return bool(tf.config.list_physical_devices("GPU"))
