@@ -36,6 +36,8 @@ class TransformerConfig:
       pre_norm: ``False`` is the paper's post-LN ``LayerNorm(x + Sublayer(x))``;
         ``True`` is the common pre-LN variant ``x + Sublayer(LayerNorm(x))``.
       layer_norm_epsilon: epsilon of every LayerNormalization.
+      attention_bias: biases in the attention projections. The paper's W^Q,
+        W^K, W^V, W^O have none (section 3.2.2); the FFN keeps its b1, b2.
       vocab_size: the shared source/target vocabulary size (section 5.1).
       shared_embeddings: one matrix for source and target embeddings and the
         pre-softmax projection (section 3.4). ``False`` gives the source its own
@@ -71,6 +73,7 @@ class TransformerConfig:
     max_length: int = 1024
     pre_norm: bool = False
     layer_norm_epsilon: float = 1e-6
+    attention_bias: bool = False
     vocab_size: int = 37000
     shared_embeddings: bool = True
     src_vocab_size: int | None = None

@@ -10,10 +10,12 @@ length, times the number of replicas, so no batch ever exceeds the budget.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import tensorflow as tf
 
 LENGTH_MULTIPLE = 8
+BATCH_MULTIPLE = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,21 +53,29 @@ def make_buckets(max_length: int, tokens_per_batch: int, num_replicas: int = 1) 
 
     Args:
       max_length: longest sequence (per side, BOS/EOS included).
-      tokens_per_batch: the *global* budget per side (25,000 in the paper).
-      num_replicas: the budget is split evenly; batch sizes are multiples of it.
+      tokens_per_batch: the *global* budget per side (25,000 in the paper); each
+        replica gets an equal share of every batch.
+      num_replicas: batch sizes are multiples of it.
     """
     if tokens_per_batch < num_replicas * max_length:
         raise ValueError(
             f"tokens_per_batch={tokens_per_batch} cannot hold one sequence of max_length={max_length} "
             f"on each of {num_replicas} replica(s); raise --tokens or lower the max length"
         )
-    per_replica = tokens_per_batch // num_replicas
     top = -(-max_length // LENGTH_MULTIPLE) * LENGTH_MULTIPLE
     padded = tuple(range(LENGTH_MULTIPLE, top + 1, LENGTH_MULTIPLE))
+    # Batch sizes are multiples of lcm(8, replicas) where the budget allows, so
+    # 1, 2, 4 or 8 replicas get the very same global batches (and GPUs get
+    # multiples of 8); small budgets fall back to multiples of the replica count.
     # The last bucket may be padded past max_length (to the next multiple of 8):
     # its batch size uses the padded length, so the budget still holds.
-    sizes = tuple(max(1, per_replica // length) * num_replicas for length in padded)
-    return Buckets(padded, sizes, tokens_per_batch, num_replicas)
+    multiple = math.lcm(BATCH_MULTIPLE, num_replicas)
+    sizes = []
+    for length in padded:
+        fits = tokens_per_batch // length
+        step = multiple if fits >= multiple else num_replicas
+        sizes.append(max(num_replicas, fits // step * step))
+    return Buckets(padded, tuple(sizes), tokens_per_batch, num_replicas)
 
 
 def example_length(*element) -> tf.Tensor:

@@ -78,7 +78,7 @@ def test_encoder_layer(pre_norm):
         (x,),
         {"attention_mask": mask},
         expected_output_shape=(2, 5, 16),
-        expected_num_weights=8 + 4 + 4,  # attention, FFN, two LayerNorms
+        expected_num_weights=4 + 4 + 4,  # attention kernels (no biases, as in the paper), FFN, two LayerNorms
     )
 
 
@@ -94,7 +94,7 @@ def test_decoder_layer(pre_norm):
         (x, memory),
         {"self_attention_mask": self_mask, "memory_mask": memory_mask},
         expected_output_shape=(2, 4, 16),
-        expected_num_weights=8 + 8 + 4 + 6,  # two attentions, FFN, three LayerNorms
+        expected_num_weights=4 + 4 + 4 + 6,  # two attentions (kernels only), FFN, three LayerNorms
     )
 
 
@@ -111,7 +111,7 @@ def test_stacks(position, pre_norm):
         (x,),
         {"padding_mask": mask},
         expected_output_shape=(2, 5, 16),
-        expected_num_weights=2 * 16 + extra,
+        expected_num_weights=2 * 12 + extra,
     )
     run_layer_test(
         Decoder,
@@ -122,5 +122,5 @@ def test_stacks(position, pre_norm):
             "memory_mask": mask,
         },
         expected_output_shape=(2, 3, 16),
-        expected_num_weights=2 * 26 + extra,
+        expected_num_weights=2 * 18 + extra,
     )

@@ -54,6 +54,7 @@ class Transformer(keras.Model):
         max_length: int = 1024,
         pre_norm: bool = False,
         layer_norm_epsilon: float = 1e-6,
+        attention_bias: bool = False,
         shared_embeddings: bool = True,
         src_vocab_size: int | None = None,
         **kwargs,
@@ -73,6 +74,7 @@ class Transformer(keras.Model):
         self.max_length = max_length
         self.pre_norm = pre_norm
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.attention_bias = attention_bias
         self.shared_embeddings = shared_embeddings
         self.src_vocab_size = src_vocab_size
 
@@ -95,6 +97,7 @@ class Transformer(keras.Model):
             relu_dropout=relu_dropout,
             pre_norm=pre_norm,
             layer_norm_epsilon=layer_norm_epsilon,
+            attention_bias=attention_bias,
             position=position,
             max_length=max_length,
             dtype=policy,
@@ -149,6 +152,7 @@ class Transformer(keras.Model):
             max_length=self.max_length,
             pre_norm=self.pre_norm,
             layer_norm_epsilon=self.layer_norm_epsilon,
+            attention_bias=self.attention_bias,
             shared_embeddings=self.shared_embeddings,
             src_vocab_size=self.src_vocab_size,
         )
@@ -182,6 +186,7 @@ def build_transformer(config: TransformerConfig, dtype=None, build: bool = True)
         max_length=config.max_length,
         pre_norm=config.pre_norm,
         layer_norm_epsilon=config.layer_norm_epsilon,
+        attention_bias=config.attention_bias,
         shared_embeddings=config.shared_embeddings,
         src_vocab_size=None if config.shared_embeddings else config.source_vocab_size,
         dtype=dtype,

@@ -40,6 +40,7 @@ class DecoderLayer(keras.layers.Layer):
         relu_dropout: float = 0.0,
         pre_norm: bool = False,
         layer_norm_epsilon: float = 1e-6,
+        attention_bias: bool = False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -52,14 +53,27 @@ class DecoderLayer(keras.layers.Layer):
         self.relu_dropout = relu_dropout
         self.pre_norm = pre_norm
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.attention_bias = attention_bias
         residual = dict(dropout=dropout, pre_norm=pre_norm, layer_norm_epsilon=layer_norm_epsilon)
         policy = self.dtype_policy
         self.self_attention = MultiHeadAttention(
-            num_heads, key_dim, value_dim, dropout=attention_dropout, dtype=policy, name="self_attention"
+            num_heads,
+            key_dim,
+            value_dim,
+            dropout=attention_dropout,
+            use_bias=attention_bias,
+            dtype=policy,
+            name="self_attention",
         )
         self.self_attention_residual = ResidualSublayer(**residual, dtype=policy, name="self_attention_residual")
         self.cross_attention = MultiHeadAttention(
-            num_heads, key_dim, value_dim, dropout=attention_dropout, dtype=policy, name="cross_attention"
+            num_heads,
+            key_dim,
+            value_dim,
+            dropout=attention_dropout,
+            use_bias=attention_bias,
+            dtype=policy,
+            name="cross_attention",
         )
         self.cross_attention_residual = ResidualSublayer(**residual, dtype=policy, name="cross_attention_residual")
         self.feed_forward = PositionwiseFeedForward(d_ff, relu_dropout=relu_dropout, dtype=policy, name="feed_forward")
@@ -128,6 +142,7 @@ class Decoder(keras.layers.Layer):
         relu_dropout: float = 0.0,
         pre_norm: bool = False,
         layer_norm_epsilon: float = 1e-6,
+        attention_bias: bool = False,
         position: str = "sinusoidal",
         max_length: int = 1024,
         **kwargs,
@@ -143,6 +158,7 @@ class Decoder(keras.layers.Layer):
         self.relu_dropout = relu_dropout
         self.pre_norm = pre_norm
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.attention_bias = attention_bias
         self.position = position
         self.max_length = max_length
         self.position_layer = make_position_layer(position, max_length, self.dtype_policy)

@@ -53,6 +53,7 @@ def _layer_kwargs(layer):
         relu_dropout=layer.relu_dropout,
         pre_norm=layer.pre_norm,
         layer_norm_epsilon=layer.layer_norm_epsilon,
+        attention_bias=layer.attention_bias,
     )
 
 
@@ -87,6 +88,7 @@ class EncoderLayer(keras.layers.Layer):
         relu_dropout: float = 0.0,
         pre_norm: bool = False,
         layer_norm_epsilon: float = 1e-6,
+        attention_bias: bool = False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -99,9 +101,16 @@ class EncoderLayer(keras.layers.Layer):
         self.relu_dropout = relu_dropout
         self.pre_norm = pre_norm
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.attention_bias = attention_bias
         residual = dict(dropout=dropout, pre_norm=pre_norm, layer_norm_epsilon=layer_norm_epsilon)
         self.self_attention = MultiHeadAttention(
-            num_heads, key_dim, value_dim, dropout=attention_dropout, dtype=self.dtype_policy, name="self_attention"
+            num_heads,
+            key_dim,
+            value_dim,
+            dropout=attention_dropout,
+            use_bias=attention_bias,
+            dtype=self.dtype_policy,
+            name="self_attention",
         )
         self.self_attention_residual = ResidualSublayer(
             **residual, dtype=self.dtype_policy, name="self_attention_residual"
@@ -178,6 +187,7 @@ class Encoder(keras.layers.Layer):
         relu_dropout: float = 0.0,
         pre_norm: bool = False,
         layer_norm_epsilon: float = 1e-6,
+        attention_bias: bool = False,
         position: str = "sinusoidal",
         max_length: int = 1024,
         **kwargs,
@@ -193,6 +203,7 @@ class Encoder(keras.layers.Layer):
         self.relu_dropout = relu_dropout
         self.pre_norm = pre_norm
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.attention_bias = attention_bias
         self.position = position
         self.max_length = max_length
         self.position_layer = make_position_layer(position, max_length, self.dtype_policy)

@@ -17,6 +17,8 @@ def make_strategy(name: str = "auto") -> tf.distribute.Strategy:
     ``TF_CONFIG``; Keras 3 ``fit`` fails under it (keras-team/keras#20585), so the
     trainer drives it with its own loop.
     """
+    if name == "multi_worker":  # before anything else starts TensorFlow's runtime
+        return tf.distribute.MultiWorkerMirroredStrategy()
     gpus = tf.config.list_logical_devices("GPU")
     if name == "auto":
         return tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.OneDeviceStrategy(_first_device())
@@ -27,8 +29,6 @@ def make_strategy(name: str = "auto") -> tf.distribute.Strategy:
             return tf.distribute.MirroredStrategy()
         cpus = [device.name for device in tf.config.list_logical_devices("CPU")]
         return tf.distribute.MirroredStrategy(cpus, cross_device_ops=tf.distribute.ReductionToOneDevice())
-    if name == "multi_worker":
-        return tf.distribute.MultiWorkerMirroredStrategy()
     raise ValueError(f"--strategy must be one of {', '.join(STRATEGIES)}; got {name!r}")
 
 

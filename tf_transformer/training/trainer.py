@@ -135,10 +135,11 @@ def translate_fn(model, tokenizer, extra_length: int = 50, batch_tokens: int = 4
 
 def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dict:
     """Trains (or resumes) a model in ``model_dir``; returns a summary dict."""
+    # First: MultiWorkerMirroredStrategy must configure collectives before TensorFlow starts.
+    strategy = make_strategy(options.strategy)
     config = _prepare_model_dir(model_dir, config, options)
     keras.utils.set_random_seed(options.seed)  # initialization and dropout; data order uses the seed too
     set_precision(options.precision)
-    strategy = make_strategy(options.strategy)
     if options.strategy == "multi_worker":
         from tf_transformer.training.multi_worker import train_multi_worker
 
