@@ -39,6 +39,8 @@ setup(
             "tft-model-info=tf_transformer.cli.model_info:run",
             "tft-train=tf_transformer.cli.train:run",
             "tft-average=tf_transformer.cli.average:run",
+            "tft-export=tf_transformer.cli.export:run",
+            "tft-translate=tf_transformer.cli.translate:run",
         ]
     },
     license="Apache-2.0",

@@ -121,6 +121,16 @@ class Transformer(keras.Model):
         )  # [batch, tgt_len, d_model]
         return self.target_embedding(hidden, reverse=True)  # [batch, tgt_len, vocab]
 
+    def decode_step(self, target_ids, caches, memory_key_values, memory_mask, step):
+        """Incremental decoding: ids ``[batch]`` at position ``step`` → float32 logits ``[batch, vocab]``.
+
+        ``caches`` come from ``decoder.empty_cache`` and ``memory_key_values``
+        from ``decoder.memory_key_values(memory)``; returns ``(logits, caches)``.
+        """
+        embedded = self.target_embedding(target_ids[:, None])  # [batch, 1, d_model]
+        hidden, caches = self.decoder.decode_step(embedded, caches, memory_key_values, memory_mask, step)
+        return self.target_embedding(hidden, reverse=True)[:, 0], caches  # [batch, vocab]
+
     def call(self, inputs, training=None):
         memory, memory_mask = self.encode(inputs["inputs"], training=training)
         return self.decode(inputs["targets"], memory, memory_mask, training=training)

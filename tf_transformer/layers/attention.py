@@ -170,6 +170,26 @@ class MultiHeadAttention(keras.layers.Layer):
             return output, weights
         return output
 
+    def project_key_value(self, memory):
+        """Keys and values of ``memory`` split into heads, for cached decoding.
+
+        Returns ``([batch, heads, len, d_k], [batch, heads, len, d_v])``. The
+        decoder computes these once per sentence for encoder-decoder attention,
+        and once per new token for self-attention (written into its cache).
+        """
+        key = self._split_heads(self.key_dense(memory), self.key_dim)  # [batch, heads, len, d_k]
+        value = self._split_heads(self.value_dense(memory), self.value_dim)  # [batch, heads, len, d_v]
+        return key, value
+
+    def attend(self, query, key_heads, value_heads, attention_mask=None):
+        """Attention of ``query`` ``[batch, q_len, d]`` over precomputed heads (inference only)."""
+        q = self._split_heads(self.query_dense(query), self.key_dim)  # [batch, heads, q_len, d_k]
+        heads, _ = self.attention(q, key_heads, value_heads, attention_mask=attention_mask, training=False)
+        batch, q_len = ops.shape(query)[0], ops.shape(query)[1]
+        heads = ops.transpose(heads, (0, 2, 1, 3))  # [batch, q_len, heads, d_v]
+        heads = ops.reshape(heads, (batch, q_len, self.num_heads * self.value_dim))
+        return self._output_dense(heads)  # [batch, q_len, output_dim]
+
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         output_dim = self.output_dim if self.output_dim is not None else query_shape[-1]
         return tuple(query_shape[:-1]) + (output_dim,)

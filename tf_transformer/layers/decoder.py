@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keras
+from keras import ops
 
 from tf_transformer.layers.attention import MultiHeadAttention
 from tf_transformer.layers.encoder import ResidualSublayer, _layer_kwargs, make_position_layer
@@ -105,6 +106,34 @@ class DecoderLayer(keras.layers.Layer):
     def compute_output_shape(self, x_shape, memory_shape):
         return x_shape
 
+    def decode_step(self, x, cache, memory_key_value, memory_mask, step):
+        """One incremental step (inference): ``x`` is ``[batch, 1, d_model]`` at position ``step``.
+
+        ``cache`` holds this layer's self-attention keys and values, fixed-shape
+        ``[batch, heads, max_len, d_k]``/``[…, d_v]``; the new token's are written
+        at ``step``. ``memory_key_value`` are the encoder-decoder keys and values,
+        computed once per sentence. Returns ``(output [batch, 1, d_model], cache)``.
+        """
+        max_len = ops.shape(cache["key"])[2]
+        visible = (ops.arange(max_len) <= step)[None, None, None, :]  # [1, 1, 1, max_len]
+        updated = {}
+
+        def self_attend(h):
+            key, value = self.self_attention.project_key_value(h)  # [batch, heads, 1, d_k], [.., d_v]
+            updated["key"] = ops.slice_update(cache["key"], (0, 0, step, 0), ops.cast(key, cache["key"].dtype))
+            updated["value"] = ops.slice_update(cache["value"], (0, 0, step, 0), ops.cast(value, cache["value"].dtype))
+            return self.self_attention.attend(h, updated["key"], updated["value"], visible)
+
+        x = self.self_attention_residual(x, sublayer=self_attend, training=False)
+        memory_key, memory_value = memory_key_value
+        x = self.cross_attention_residual(
+            x,
+            sublayer=lambda h: self.cross_attention.attend(h, memory_key, memory_value, memory_mask),
+            training=False,
+        )
+        x = self.feed_forward_residual(x, sublayer=lambda h: self.feed_forward(h, training=False), training=False)
+        return x, updated
+
     def get_config(self):
         config = super().get_config()
         config.update(_layer_kwargs(self))
@@ -196,6 +225,31 @@ class Decoder(keras.layers.Layer):
 
     def compute_output_shape(self, embedded_shape, memory_shape):
         return embedded_shape
+
+    def memory_key_values(self, memory):
+        """Every layer's encoder-decoder keys and values, computed once per sentence."""
+        return [layer.cross_attention.project_key_value(memory) for layer in self.decoder_layers]
+
+    def empty_cache(self, batch, max_length, dtype):
+        """Zeroed fixed-shape self-attention caches, one ``{"key", "value"}`` per layer."""
+        return [
+            {
+                "key": ops.zeros((batch, self.num_heads, max_length, self.key_dim), dtype),
+                "value": ops.zeros((batch, self.num_heads, max_length, self.value_dim), dtype),
+            }
+            for _ in self.decoder_layers
+        ]
+
+    def decode_step(self, embedded, caches, memory_key_values, memory_mask, step):
+        """``embedded`` ``[batch, 1, d_model]`` at position ``step`` → ``([batch, 1, d_model], caches)``."""
+        x = embedded + self.position_layer(embedded, start_index=step)[None]  # [batch, 1, d_model]
+        new_caches = []
+        for layer, cache, key_value in zip(self.decoder_layers, caches, memory_key_values, strict=True):
+            x, cache = layer.decode_step(x, cache, key_value, memory_mask, step)
+            new_caches.append(cache)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, new_caches
 
     def get_config(self):
         config = super().get_config()

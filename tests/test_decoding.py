@@ -1,0 +1,124 @@
+"""Cached incremental decoding and beam search (section 6.1)."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from configs import get_config
+from pipelines.vocab import BOS_ID, EOS_ID
+from tf_transformer import build_transformer
+from tf_transformer.beam_search import beam_search, length_penalty
+from tf_transformer.decoding import greedy_decode
+from tf_transformer.translator import Translator
+
+RNG = np.random.default_rng(5)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"pre_norm": True, "position": "learned"}])
+def test_cached_steps_equal_the_full_forward_pass(overrides):
+    model = build_transformer(get_config("tiny", **overrides))
+    source = RNG.integers(4, 256, (2, 7)).astype("int32")
+    source[1, 5:] = 0
+    targets = np.concatenate([np.full((2, 1), BOS_ID), RNG.integers(4, 256, (2, 6))], axis=1).astype("int32")
+    full = np.asarray(model({"inputs": source, "targets": targets}, training=False))  # [2, 7, vocab]
+    memory, memory_mask = model.encode(source, training=False)
+    memory_key_values = model.decoder.memory_key_values(memory)
+    caches = model.decoder.empty_cache(2, 10, memory.dtype)
+    for step in range(targets.shape[1]):
+        logits, caches = model.decode_step(targets[:, step], caches, memory_key_values, memory_mask, step)
+        np.testing.assert_allclose(np.asarray(logits), full[:, step], atol=1e-4)
+
+
+def test_beam_1_equals_greedy():
+    model = build_transformer(get_config("tiny"))
+    source = RNG.integers(4, 256, (3, 6)).astype("int32")
+    source[2, 3:] = 0
+    source[np.arange(3), [5, 5, 2]] = EOS_ID
+    greedy = np.asarray(greedy_decode(model, source, extra_length=8))
+    ids, _, _ = Translator(model, tokenizer=None, beam_size=1, alpha=0.6, extra_length=8).search(source)
+    beam = np.asarray(ids[:, 0])
+    width = max(greedy.shape[1], beam.shape[1])
+    pad = lambda a: np.pad(a, [(0, 0), (0, width - a.shape[1])])  # noqa: E731
+    np.testing.assert_array_equal(pad(beam), pad(greedy))
+
+
+# A hand-set probability table. Tokens: 0 pad, 1 unk, 2 BOS, 3 EOS, 4 "a", 5 "b".
+# The next-token distribution depends only on the previous token:
+#   after BOS: a 0.5, b 0.4, EOS 0.1
+#   after a:   EOS 0.4, a 0.3, b 0.3
+#   after b:   EOS 0.9, a 0.05, b 0.05
+# Greedy takes a then EOS: p = 0.5 · 0.4 = 0.20. Beam search (K = 2) also keeps
+# "b" and finds b EOS: p = 0.4 · 0.9 = 0.36, the better translation.
+TABLE = {
+    BOS_ID: {4: 0.5, 5: 0.4, EOS_ID: 0.1},
+    4: {EOS_ID: 0.4, 4: 0.3, 5: 0.3},
+    5: {EOS_ID: 0.9, 4: 0.05, 5: 0.05},
+}
+
+
+def table_step(ids, cache, step):
+    rows = []
+    for token in range(6):
+        row = np.full(6, 1e-12)
+        for nxt, p in TABLE.get(token, {EOS_ID: 1.0}).items():
+            row[nxt] = p
+        rows.append(np.log(row / row.sum()))
+    log_probs = tf.gather(tf.constant(np.array(rows), tf.float32), ids)  # [batch*beam, 6]
+    return log_probs, {"calls": cache["calls"] + 1}
+
+
+def run_table(beam_size, alpha, max_length=6):
+    cache = {"calls": tf.zeros([beam_size], tf.int32)}
+    ids, scores, steps = beam_search(table_step, cache, 1, tf.constant([max_length]), beam_size=beam_size, alpha=alpha)
+    return np.asarray(ids)[0], np.asarray(scores)[0], int(steps)
+
+
+def test_golden_beam_search_with_length_penalty():
+    ids, scores, steps = run_table(beam_size=2, alpha=0.6)
+    assert list(ids[0][:2]) == [5, EOS_ID]  # b EOS
+    assert scores[0] == pytest.approx(math.log(0.4 * 0.9) / ((5 + 2) / 6) ** 0.6, rel=1e-5)
+    # Second best: a EOS (0.20), scored with the same 2-token penalty; "EOS" alone
+    # (0.1, length 1) scores log(0.1) / 1 = −2.30 < log(0.2) / 1.097 = −1.47.
+    assert list(ids[1][:2]) == [4, EOS_ID]
+    assert scores[1] == pytest.approx(math.log(0.2) / ((5 + 2) / 6) ** 0.6, rel=1e-5)
+    # Early stop: both beams finished after 2 steps and "a a …" (≤ 0.5·0.3·… ) cannot
+    # beat them, so the loop stops long before the maximum of 6.
+    assert steps < 6
+    # Greedy (beam 1) takes the locally best "a" and ends with the worse a EOS.
+    greedy, greedy_scores, _ = run_table(beam_size=1, alpha=0.6)
+    assert list(greedy[0][:2]) == [4, EOS_ID]
+
+
+def test_length_penalty_changes_the_winner():
+    """With α = 0 the short hypothesis wins; a large α favours the long one (hand-computed)."""
+    global TABLE
+    saved = TABLE
+    # after BOS: EOS 0.5, a 0.5; after a: EOS 0.3, a 0.7.
+    TABLE = {BOS_ID: {EOS_ID: 0.5, 4: 0.5}, 4: {EOS_ID: 0.3, 4: 0.7}}
+    try:
+        # α = 0: EOS alone has p 0.5; every longer one has at most 0.5 · 0.3 = 0.15.
+        ids, scores, _ = run_table(beam_size=3, alpha=0.0)
+        assert ids[0][0] == EOS_ID and scores[0] == pytest.approx(math.log(0.5), rel=1e-5)
+        # α = 3, penalty ((5+len)/6)^3: EOS −0.693/1 = −0.693; a EOS −1.897/1.588 = −1.195;
+        # a a EOS −2.254/2.370 = −0.951; a×3 EOS −2.610/3.375 = −0.773; a×4 EOS −2.967/4.630 = −0.641;
+        # a×5 EOS (the maximum length, 6) −3.324/6.162 = −0.539: the longest wins.
+        ids, scores, _ = run_table(beam_size=3, alpha=3.0)
+        assert list(ids[0]) == [4, 4, 4, 4, 4, EOS_ID]
+        expected = math.log(0.5 * 0.7**4 * 0.3) / ((5 + 6) / 6) ** 3
+        assert scores[0] == pytest.approx(expected, rel=1e-5) and scores[0] == pytest.approx(-0.539, abs=1e-3)
+        assert float(length_penalty(6, 3.0)) == pytest.approx((11 / 6) ** 3, rel=1e-6)
+    finally:
+        TABLE = saved
+
+
+def test_output_length_is_bounded_by_input_plus_extra():
+    model = build_transformer(get_config("tiny"))
+    source = np.array([[9, 10, EOS_ID, 0, 0], [9, 10, 11, 12, EOS_ID]], "int32")
+    ids, _, steps = Translator(model, None, beam_size=2, extra_length=3).search(source)
+    ids = np.asarray(ids)
+    lengths = [(row != 0).sum() for row in ids[:, 0]]
+    assert lengths[0] <= 3 + 3 and lengths[1] <= 5 + 3
+    assert all(row[(row != 0).sum() - 1] == EOS_ID for row in ids[:, 0])
+    assert int(steps) <= 8

@@ -1,0 +1,145 @@
+"""Export for TF Serving: loads in a fresh process with both loaders and translates the same."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from configs import get_config
+from pipelines import Tokenizer
+from tests.test_pipelines import write_corpus
+from tf_transformer.export import export_run
+from tf_transformer.training.trainer import RunOptions, restore_model, train
+from tf_transformer.translator import Translator
+
+BIN = pathlib.Path(sys.executable).parent
+SENTENCES = [
+    "alpha beta gamma",
+    "",
+    "   ",
+    "haus baum katze hund " * 250,  # 1,000 words
+    "日本語のテキスト",
+    "omega 🙂 sigma",
+    "zeta",
+]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("export_run")
+    write_corpus(root / "corpus", n=300)
+    options = RunOptions(
+        data=str(root / "corpus"),
+        dev_split=None,
+        train_steps=4,
+        steps_per_epoch=4,
+        checkpoint_every=0,
+        tokens=512,
+        max_length=64,
+        vocab_size=120,
+        dev_bleu_sentences=0,
+        verbose=0,
+    )
+    train(get_config("tiny"), options, str(root / "run"))
+    return root / "run"
+
+
+@pytest.fixture(scope="module")
+def exported(run_dir, tmp_path_factory):
+    output = tmp_path_factory.mktemp("saved_models") / "tiny_en_de" / "1"
+    result = subprocess.run(
+        [str(BIN / "tft-export"), "--model_dir", str(run_dir), "--output", str(output), "--extra_length", "10"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return output
+
+
+def in_process(run_dir):
+    model, config = restore_model(str(run_dir))
+    translator = Translator(model, Tokenizer(str(run_dir / "sp.model")), beam_size=4, alpha=0.6, extra_length=10)
+    outputs = translator.translate(tf.constant(SENTENCES))
+    return [t.decode() for t in outputs["translations"].numpy()], outputs["scores"].numpy()
+
+
+LOADERS = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  registers the SentencePiece ops
+path, sentences = sys.argv[1], json.loads(sys.argv[2])
+# (a) TF2 loader
+serving = tf.saved_model.load(path).signatures["serving_default"]
+out = serving(inputs=tf.constant(sentences))
+tf2 = [t.decode() for t in out["translations"].numpy()]
+ids = tf.saved_model.load(path).signatures["translate_ids"](inputs=tf.constant([[9, 10, 3]], tf.int32))
+# (b) the session-based loader TF Serving uses: tag "serve", feed and fetch by tensor names
+with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+    meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
+    signature = meta.signature_def["serving_default"]
+    fetches = {key: value.name for key, value in signature.outputs.items()}
+    result = session.run(fetches, {signature.inputs["inputs"].name: sentences})
+    v1 = [t.decode() for t in result["translations"]]
+scores = out["scores"].numpy().tolist()
+print(json.dumps({"tf2": tf2, "v1": v1, "scores": scores, "ids_shape": ids["ids"].shape.as_list()}))
+"""
+
+
+def test_export_layout_and_assets(exported):
+    assert exported.name == "1" and exported.parent.name == "tiny_en_de"
+    assert (exported / "saved_model.pb").exists() and (exported / "variables").is_dir()
+    assert (exported / "assets" / "sp.model").exists()
+    assert not [p for p in exported.parent.iterdir() if p.name.startswith(".")]  # no staging left behind
+
+
+def test_fresh_process_loads_with_both_loaders_and_matches(run_dir, exported):
+    expected, expected_scores = in_process(run_dir)
+    result = subprocess.run(
+        [sys.executable, "-c", LOADERS, str(exported), json.dumps(SENTENCES)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert loaded["tf2"] == expected
+    assert loaded["v1"] == expected
+    np.testing.assert_allclose(loaded["scores"], expected_scores, atol=1e-4)
+    assert loaded["ids_shape"][0] == 1
+    # Edge cases: empty and whitespace-only in → empty out; the rest produce something, no crash.
+    assert expected[1] == "" and expected[2] == ""
+
+
+def test_existing_export_is_not_overwritten(run_dir, exported):
+    with pytest.raises(FileExistsError, match="exists"):
+        export_run(str(run_dir), str(exported))
+
+
+def test_translate_cli_keeps_input_order(exported):
+    lines = ["zeta", "alpha beta gamma delta epsilon", "", "omega"]
+    result = subprocess.run(
+        [str(BIN / "tft-translate"), "--model", str(exported), "--batch_size", "2"],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    outputs = result.stdout.split("\n")[:-1]
+    assert len(outputs) == 4 and outputs[2] == ""
+    assert "translated 4/4" in result.stderr
+    single = subprocess.run(
+        [str(BIN / "tft-translate"), "--model", str(exported)],
+        input="omega\n",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert single.stdout.split("\n")[0] == outputs[3]

@@ -1,0 +1,145 @@
+"""Beam search for translation (section 6.1), in one ``tf.while_loop``.
+
+"We used beam search with a beam size of 4 and length penalty α = 0.6 … We set
+the maximum output length during inference to input length + 50, but terminate
+early when possible." Batch and beam are flattened to ``[batch * beam]`` for the
+model; the decoder cache has fixed shapes, so the loop runs under XLA too.
+Only stock TensorFlow ops: the graph can be served by TF Serving.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from pipelines.vocab import BOS_ID, EOS_ID
+
+NEG_INF = -1.0e9
+
+
+def length_penalty(length, alpha: float):
+    """GNMT's ((5 + length) / 6) ** alpha (Wu et al., 2016)."""
+    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+def _flatten(x):
+    """[batch, beam, ...] → [batch * beam, ...]."""
+    shape = tf.shape(x)
+    return tf.reshape(x, tf.concat([[shape[0] * shape[1]], shape[2:]], 0))
+
+
+def _unflatten(x, batch, beam):
+    """[batch * beam, ...] → [batch, beam, ...]."""
+    return tf.reshape(x, tf.concat([[batch, beam], tf.shape(x)[1:]], 0))
+
+
+def _gather_beams(tree, indices, batch, beam_in):
+    """Picks beams ``indices`` ([batch, k]) from every [batch * beam_in, ...] (flat) tensor of ``tree``."""
+
+    def gather(x):
+        return _flatten(tf.gather(_unflatten(x, batch, beam_in), indices, batch_dims=1))
+
+    return tf.nest.map_structure(gather, tree)
+
+
+def beam_search(
+    step_fn,
+    initial_cache,
+    batch_size,
+    max_lengths,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    vocab_size=None,
+):
+    """Finds the ``beam_size`` best continuations of BOS for each batch row.
+
+    Args:
+      step_fn: ``(ids [batch*beam], cache, step) → (log_probs [batch*beam, vocab], cache)``;
+        ``step`` is the position of ``ids`` (0 for BOS).
+      initial_cache: nested ``[batch*beam, ...]`` tensors (beams already tiled).
+      batch_size: scalar.
+      max_lengths: ``int32[batch]``: most tokens (EOS included) each row may produce.
+      beam_size: K (1 gives greedy decoding).
+      alpha: length penalty exponent; 0 disables it.
+
+    Returns:
+      ``(ids int32[batch, beam, length], scores float32[batch, beam], steps)``:
+      hypotheses best first, without BOS, padded with 0 after EOS; scores are
+      log-probabilities divided by the length penalty; ``steps`` is the number
+      of decoding steps run (fewer than the maximum when every row stopped early).
+    """
+    batch, k = batch_size, beam_size
+    max_length = tf.reduce_max(max_lengths)
+    # State. Sequences hold BOS at position 0 and the token chosen at step i at i + 1.
+    live_ids = tf.concat(
+        [tf.fill([batch, k, 1], BOS_ID), tf.zeros([batch, k, max_length], tf.int32)], axis=2
+    )  # [batch, K, max_length + 1]
+    live_log_probs = tf.tile(
+        tf.constant([[0.0] + [NEG_INF] * (beam_size - 1)]), [batch, 1]
+    )  # [batch, K]: only the first beam is alive at the start
+    finished_ids = tf.zeros_like(live_ids)  # [batch, K, max_length + 1]
+    finished_scores = tf.fill([batch, k], NEG_INF)  # [batch, K]
+    finished_flags = tf.zeros([batch, k], tf.bool)  # [batch, K]
+    best_possible_penalty = length_penalty(max_lengths, alpha)  # [batch]
+
+    def not_done(step, live_ids, live_log_probs, finished_ids, finished_scores, finished_flags, cache):
+        # A live beam's score can only fall as it grows: its best possible final
+        # score is its log-prob now divided by the largest penalty it can reach.
+        best_live = live_log_probs[:, 0] / best_possible_penalty  # [batch]
+        worst_finished = tf.reduce_min(tf.where(finished_flags, finished_scores, -NEG_INF), axis=1)  # [batch]
+        row_done = tf.logical_and(tf.reduce_all(finished_flags, axis=1), worst_finished >= best_live)
+        row_done = tf.logical_or(row_done, step >= max_lengths)
+        return tf.logical_and(step < max_length, tf.logical_not(tf.reduce_all(row_done)))
+
+    def body(step, live_ids, live_log_probs, finished_ids, finished_scores, finished_flags, cache):
+        ids = _flatten(live_ids[:, :, step])  # [batch*K]
+        log_probs, cache = step_fn(ids, cache, step)  # [batch*K, vocab]
+        vocab = tf.shape(log_probs)[-1]
+        log_probs = _unflatten(log_probs, batch, k)  # [batch, K, vocab]
+        # A row that reached its maximum length must end now.
+        must_end = (step + 1 >= max_lengths)[:, None, None]  # [batch, 1, 1]
+        is_eos = tf.equal(tf.range(vocab), EOS_ID)[None, None, :]  # [1, 1, vocab]
+        log_probs = tf.where(tf.logical_and(must_end, ~is_eos), NEG_INF, log_probs)
+        candidates = live_log_probs[:, :, None] + log_probs  # [batch, K, vocab]
+        flat = tf.reshape(candidates, [batch, k * vocab])  # [batch, K*vocab]
+        top_log_probs, top_index = tf.math.top_k(flat, k=2 * k)  # [batch, 2K]
+        top_beam, top_token = top_index // vocab, top_index % vocab  # [batch, 2K]
+        top_ids = tf.gather(live_ids, top_beam, batch_dims=1)  # [batch, 2K, max_length + 1]
+        position = tf.one_hot(step + 1, max_length + 1, dtype=tf.int32)  # [max_length + 1]
+        top_ids = top_ids + position[None, None, :] * top_token[:, :, None]
+        top_is_eos = tf.equal(top_token, EOS_ID)  # [batch, 2K]
+        dead = top_log_probs <= NEG_INF / 2  # continuations of beams that were never alive
+
+        # Live: the K best that did not just end.
+        live_candidates = tf.where(top_is_eos | dead, NEG_INF, top_log_probs)  # [batch, 2K]
+        live_log_probs, live_pick = tf.math.top_k(live_candidates, k=k)  # [batch, K]
+        live_ids = tf.gather(top_ids, live_pick, batch_dims=1)  # [batch, K, max_length + 1]
+        source_beam = tf.gather(top_beam, live_pick, batch_dims=1)  # [batch, K]
+        cache = _gather_beams(cache, source_beam, batch, k)
+
+        # Finished: merge those that just ended (scored with the length penalty) into the K best.
+        new_scores = top_log_probs / length_penalty(step + 1, alpha)  # [batch, 2K]
+        new_scores = tf.where(top_is_eos & ~dead, new_scores, NEG_INF)
+        all_ids = tf.concat([finished_ids, top_ids], axis=1)  # [batch, 3K, max_length + 1]
+        all_scores = tf.concat([finished_scores, new_scores], axis=1)  # [batch, 3K]
+        all_flags = tf.concat([finished_flags, top_is_eos & ~dead], axis=1)  # [batch, 3K]
+        finished_scores, pick = tf.math.top_k(all_scores, k=k)  # [batch, K]
+        finished_ids = tf.gather(all_ids, pick, batch_dims=1)
+        finished_flags = tf.gather(all_flags, pick, batch_dims=1)
+        return step + 1, live_ids, live_log_probs, finished_ids, finished_scores, finished_flags, cache
+
+    state = (tf.constant(0), live_ids, live_log_probs, finished_ids, finished_scores, finished_flags, initial_cache)
+    step, live_ids, live_log_probs, finished_ids, finished_scores, finished_flags, _ = tf.while_loop(
+        not_done, body, state, maximum_iterations=max_length
+    )
+    # Finished hypotheses first, then live ones (only when fewer than K finished).
+    live_scores = live_log_probs / length_penalty(step, alpha)  # [batch, K]
+    all_ids = tf.concat([finished_ids, live_ids], axis=1)[:, :, 1:]  # [batch, 2K, max_length]
+    all_scores = tf.concat([tf.where(finished_flags, finished_scores, NEG_INF), live_scores], axis=1)  # [batch, 2K]
+    rank = all_scores - tf.concat([tf.zeros([batch, k]), tf.fill([batch, k], 1e5)], axis=1)  # finished first
+    _, pick = tf.math.top_k(rank, k=k)  # [batch, K]
+    ids = tf.gather(all_ids, pick, batch_dims=1)  # [batch, K, max_length]
+    scores = tf.gather(all_scores, pick, batch_dims=1)  # [batch, K]
+    # Clear everything after the first EOS.
+    ended = tf.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=2, exclusive=True) > 0
+    ids = tf.where(ended, 0, ids)
+    return ids, scores, step

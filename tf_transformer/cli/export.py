@@ -1,0 +1,49 @@
+"""``tft-export``: write a trained run as a TF Serving SavedModel.
+
+tft-export --model_dir runs/m30k --output saved_models/multi30k_en_de/1
+"""
+
+from __future__ import annotations
+
+import json
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("model_dir", None, "Model directory written by tft-train.", required=True)
+flags.DEFINE_string(
+    "output", None, "Export directory, TF Serving layout: saved_models/<name>/<version>.", required=True
+)
+flags.DEFINE_string("checkpoint", None, "Checkpoint prefix (default: MODEL_DIR/averaged/ckpt, else the newest).")
+flags.DEFINE_integer("beam_size", None, "Beam size (default: the config's, 4).", lower_bound=1)
+flags.DEFINE_float("alpha", None, "Length penalty α (default: the config's, 0.6).")
+flags.DEFINE_integer("extra_length", None, "Maximum output length = input length + this (default 50).")
+flags.DEFINE_bool("overwrite", False, "Replace an existing export directory.")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    from tf_transformer.export import export_run
+
+    try:
+        path = export_run(
+            FLAGS.model_dir,
+            FLAGS.output,
+            checkpoint=FLAGS.checkpoint,
+            beam_size=FLAGS.beam_size,
+            alpha=FLAGS.alpha,
+            extra_length=FLAGS.extra_length,
+            overwrite=FLAGS.overwrite,
+        )
+    except (FileNotFoundError, FileExistsError) as error:
+        raise app.UsageError(str(error)) from None
+    print(json.dumps({"exported": path}))
+
+
+def run():
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,99 @@
+"""Export a trained run as a SavedModel for TF Serving: strings in, translations out.
+
+Layout: ``saved_models/<name>/<version>/`` (TF Serving's). Written with
+``keras.export.ExportArchive``, which the session-based loader that TF Serving's
+C++ server uses accepts (a plain ``tf.saved_model.save`` around a Keras 3 model
+does not: keras-team/keras#19274). The graph holds only stock TensorFlow and
+tensorflow-text ops; loaders must ``import tensorflow_text`` first.
+
+Signatures:
+  ``serving_default``: ``inputs: string[batch]`` → ``translations: string[batch]``,
+    ``scores: float32[batch]`` (length-normalized log-probabilities).
+  ``translate_ids``: ``inputs: int32[batch, len]`` (EOS-terminated, 0-padded)
+    → ``ids: int32[batch, out_len]``, ``scores: float32[batch]``.
+The SentencePiece model is embedded in the graph's tokenizer ops and also
+shipped as ``assets/sp.model`` for clients that tokenize themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import keras
+import tensorflow as tf
+
+from pipelines.vocab import Tokenizer
+from tf_transformer.translator import Translator
+
+
+def default_checkpoint(model_dir: str) -> str:
+    """The averaged checkpoint when ``tft-average`` wrote one, else the newest."""
+    averaged = os.path.join(model_dir, "averaged", "ckpt")
+    if tf.io.gfile.exists(averaged + ".index"):
+        return averaged
+    latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+    if latest is None:
+        raise FileNotFoundError(f"No checkpoint in {model_dir}/checkpoints (and no {averaged})")
+    return latest
+
+
+def export_translator(translator: Translator, vocabulary_path: str, output: str, overwrite: bool = False) -> str:
+    """Writes ``translator`` as a SavedModel at ``output``; atomically (temporary directory, then rename)."""
+    output = os.path.abspath(output)
+    if os.path.exists(output) and not overwrite:
+        raise FileExistsError(f"{output} exists: export to a new version directory (or pass overwrite)")
+    parent = os.path.dirname(output)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(output)}.partial-")
+    try:
+        archive = keras.export.ExportArchive()
+        archive.track(translator.model)
+        archive.track(translator.tokenizer)
+        archive.add_endpoint(
+            "serving_default",
+            lambda inputs: translator.translate(inputs),
+            input_signature=[tf.TensorSpec([None], tf.string, name="inputs")],
+        )
+        archive.add_endpoint(
+            "translate_ids",
+            lambda inputs: translator.translate_ids(inputs),
+            input_signature=[tf.TensorSpec([None, None], tf.int32, name="inputs")],
+        )
+        target = os.path.join(staging, "model")
+        archive.write_out(target, verbose=False)
+        # The graph embeds the SentencePiece model in its ops; the file goes with
+        # the export too, for clients that tokenize themselves.
+        os.makedirs(os.path.join(target, "assets"), exist_ok=True)
+        shutil.copyfile(vocabulary_path, os.path.join(target, "assets", "sp.model"))
+        if os.path.exists(output):
+            shutil.rmtree(output)
+        os.replace(target, output)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return output
+
+
+def export_run(
+    model_dir: str,
+    output: str,
+    checkpoint: str | None = None,
+    beam_size: int | None = None,
+    alpha: float | None = None,
+    extra_length: int | None = None,
+    overwrite: bool = False,
+) -> str:
+    """Exports the run in ``model_dir`` (its averaged or newest checkpoint) to ``output``."""
+    from tf_transformer.training.trainer import restore_model
+
+    model, config = restore_model(model_dir, checkpoint or default_checkpoint(model_dir))
+    vocabulary = os.path.join(model_dir, "sp.model")
+    translator = Translator(
+        model,
+        Tokenizer(vocabulary),
+        beam_size=beam_size or config.beam_size,
+        alpha=config.length_penalty if alpha is None else alpha,
+        extra_length=config.extra_decode_length if extra_length is None else extra_length,
+    )
+    return export_translator(translator, vocabulary, output, overwrite=overwrite)

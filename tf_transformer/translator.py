@@ -1,0 +1,87 @@
+"""Strings in, translations out: tokenization, cached beam search and detokenization in one graph.
+
+:class:`Translator` is what gets exported for TF Serving: its functions use only
+stock TensorFlow and tensorflow-text ops.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from pipelines.vocab import EOS_ID, PAD_ID, Tokenizer
+from tf_transformer.beam_search import beam_search
+
+
+class Translator(tf.Module):
+    """Beam-search translation with a trained :class:`~tf_transformer.model.Transformer`.
+
+    Args:
+      model: the trained model.
+      tokenizer: the shared SentencePiece tokenizer of the run.
+      beam_size: K (4 in the paper); 1 is greedy decoding.
+      alpha: GNMT length penalty exponent (0.6 in the paper).
+      extra_length: maximum output length = input length + this (50 in the paper).
+    """
+
+    def __init__(self, model, tokenizer: Tokenizer, beam_size: int = 4, alpha: float = 0.6, extra_length: int = 50):
+        super().__init__(name="translator")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.beam_size = beam_size
+        self.alpha = alpha
+        self.extra_length = extra_length
+
+    def search(self, inputs, beam_size: int | None = None, alpha: float | None = None):
+        """Token ids ``int32[batch, src_len]`` (EOS-terminated, 0-padded) → n-best.
+
+        Returns ``(ids int32[batch, beam, out_len], scores float32[batch, beam], steps)``.
+        """
+        beam_size = beam_size or self.beam_size
+        alpha = self.alpha if alpha is None else alpha
+        model = self.model
+        inputs = tf.convert_to_tensor(inputs, tf.int32)
+        batch = tf.shape(inputs)[0]
+        source_lengths = tf.reduce_sum(tf.cast(inputs != PAD_ID, tf.int32), axis=1)  # [batch]
+        max_lengths = source_lengths + self.extra_length  # [batch]: input length + 50
+        max_length = tf.reduce_max(max_lengths)
+        memory, memory_mask = model.encode(inputs, training=False)  # [batch, src_len, d_model]
+        # Every beam of a sentence shares its encoder output: tile to [batch * beam, ...].
+        memory = tf.repeat(memory, beam_size, axis=0)
+        memory_mask = tf.repeat(memory_mask, beam_size, axis=0)
+        memory_key_values = model.decoder.memory_key_values(memory)  # once per sentence, not per step
+        caches = model.decoder.empty_cache(batch * beam_size, max_length, memory.dtype)
+
+        def step_fn(ids, caches, step):
+            logits, caches = model.decode_step(ids, caches, memory_key_values, memory_mask, step)
+            return tf.nn.log_softmax(logits, axis=-1), caches  # [batch * beam, vocab]
+
+        return beam_search(step_fn, caches, batch, max_lengths, beam_size=beam_size, alpha=alpha)
+
+    def translate_ids(self, inputs):
+        """``int32[batch, src_len]`` → ``{"ids": int32[batch, out_len], "scores": float32[batch]}`` (best only)."""
+        ids, scores, _ = self.search(inputs)
+        return {"ids": ids[:, 0], "scores": scores[:, 0]}
+
+    def encode_strings(self, texts):
+        """``string[batch]`` → ``int32[batch, len]`` ids ending in EOS, 0-padded."""
+        tokens = self.tokenizer.tokenize(tf.strings.strip(texts))  # [batch, (len)]
+        eos = tf.fill([tokens.nrows(), 1], tf.constant(EOS_ID, tf.int32))
+        return tf.concat([tokens, eos], axis=1).to_tensor(default_value=PAD_ID)
+
+    def translate(self, texts, nbest: int = 1):
+        """``string[batch]`` → ``{"translations": string[batch], "scores": float32[batch]}``.
+
+        Empty (or all-whitespace) inputs give empty outputs with score 0. With
+        ``nbest > 1`` the outputs are ``[batch, nbest]``.
+        """
+        texts = tf.convert_to_tensor(texts, tf.string)
+        empty = tf.equal(tf.strings.length(tf.strings.strip(texts)), 0)  # [batch]
+        ids, scores, _ = self.search(self.encode_strings(texts))
+        batch = tf.shape(ids)[0]
+        flat = tf.reshape(ids[:, :nbest], [batch * nbest, -1])  # [batch * nbest, len]
+        strings = tf.reshape(self.tokenizer.detokenize(flat), [batch, nbest])
+        strings = tf.where(empty[:, None], "", strings)
+        scores = tf.where(empty[:, None], 0.0, scores[:, :nbest])
+        if nbest == 1:
+            return {"translations": strings[:, 0], "scores": scores[:, 0]}
+        return {"translations": strings, "scores": scores}
