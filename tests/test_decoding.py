@@ -122,3 +122,18 @@ def test_output_length_is_bounded_by_input_plus_extra():
     assert lengths[0] <= 3 + 3 and lengths[1] <= 5 + 3
     assert all(row[(row != 0).sum() - 1] == EOS_ID for row in ids[:, 0])
     assert int(steps) <= 8
+
+
+def test_uncached_search_and_forced_length():
+    model = build_transformer(get_config("tiny"))
+    source = RNG.integers(4, 256, (2, 5)).astype("int32")
+    source[:, -1] = EOS_ID
+    translator = Translator(model, None, beam_size=3, extra_length=6)
+    cached_ids, cached_scores, _ = translator.search(source)
+    plain_ids, plain_scores, _ = translator.search(source, use_cache=False)
+    np.testing.assert_array_equal(np.asarray(cached_ids), np.asarray(plain_ids))
+    np.testing.assert_allclose(np.asarray(cached_scores), np.asarray(plain_scores), atol=1e-4)
+    forced, _, steps = translator.search(source, force_length=9)
+    forced = np.asarray(forced)
+    assert int(steps) == 9
+    assert (forced[:, :, 8] == EOS_ID).all() and (forced[:, :, :8] != EOS_ID).all()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from pipelines.vocab import BOS_ID, EOS_ID
+from pipelines.vocab import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = -1.0e9
 
@@ -97,8 +97,11 @@ def beam_search(
         log_probs = _unflatten(log_probs, batch, k)  # [batch, K, vocab]
         # A row that reached its maximum length must end now.
         must_end = (step + 1 >= max_lengths)[:, None, None]  # [batch, 1, 1]
-        is_eos = tf.equal(tf.range(vocab), EOS_ID)[None, None, :]  # [1, 1, vocab]
+        tokens = tf.range(vocab)[None, None, :]  # [1, 1, vocab]
+        is_eos = tf.equal(tokens, EOS_ID)
         log_probs = tf.where(tf.logical_and(must_end, ~is_eos), NEG_INF, log_probs)
+        # Padding and BOS are never outputs.
+        log_probs = tf.where((tokens == PAD_ID) | (tokens == BOS_ID), NEG_INF, log_probs)
         candidates = live_log_probs[:, :, None] + log_probs  # [batch, K, vocab]
         flat = tf.reshape(candidates, [batch, k * vocab])  # [batch, K*vocab]
         top_log_probs, top_index = tf.math.top_k(flat, k=2 * k)  # [batch, 2K]

@@ -34,7 +34,8 @@ def greedy_decode(model, inputs, extra_length: int = 50, max_length: int | None 
 
     def body(step, tokens, finished):
         logits = model.decode(tokens[:, :-1], memory, memory_mask, training=False)  # [batch, limit, vocab]
-        next_id = tf.cast(tf.argmax(logits[:, step], axis=-1), tf.int32)  # [batch]
+        banned = tf.one_hot([PAD_ID, BOS_ID], tf.shape(logits)[-1], on_value=-1e9, off_value=0.0)  # never outputs
+        next_id = tf.cast(tf.argmax(logits[:, step] + tf.reduce_sum(banned, 0), axis=-1), tf.int32)  # [batch]
         per_row_limit = source_lengths + extra_length
         next_id = tf.where(finished, PAD_ID, next_id)
         next_id = tf.where(tf.logical_and(~finished, step + 1 >= per_row_limit), EOS_ID, next_id)

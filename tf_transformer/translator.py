@@ -31,8 +31,19 @@ class Translator(tf.Module):
         self.alpha = alpha
         self.extra_length = extra_length
 
-    def search(self, inputs, beam_size: int | None = None, alpha: float | None = None):
+    def search(
+        self,
+        inputs,
+        beam_size: int | None = None,
+        alpha: float | None = None,
+        use_cache: bool = True,
+        force_length: int | None = None,
+    ):
         """Token ids ``int32[batch, src_len]`` (EOS-terminated, 0-padded) → n-best.
+
+        ``use_cache=False`` re-runs the whole decoder over the prefix at every
+        step (for measuring what the cache saves); ``force_length`` forbids EOS
+        until that many tokens, so speed runs do a fixed amount of work.
 
         Returns ``(ids int32[batch, beam, out_len], scores float32[batch, beam], steps)``.
         """
@@ -43,17 +54,38 @@ class Translator(tf.Module):
         batch = tf.shape(inputs)[0]
         source_lengths = tf.reduce_sum(tf.cast(inputs != PAD_ID, tf.int32), axis=1)  # [batch]
         max_lengths = source_lengths + self.extra_length  # [batch]: input length + 50
+        if force_length is not None:
+            max_lengths = tf.fill([batch], force_length)
         max_length = tf.reduce_max(max_lengths)
         memory, memory_mask = model.encode(inputs, training=False)  # [batch, src_len, d_model]
         # Every beam of a sentence shares its encoder output: tile to [batch * beam, ...].
         memory = tf.repeat(memory, beam_size, axis=0)
         memory_mask = tf.repeat(memory_mask, beam_size, axis=0)
-        memory_key_values = model.decoder.memory_key_values(memory)  # once per sentence, not per step
-        caches = model.decoder.empty_cache(batch * beam_size, max_length, memory.dtype)
+        no_eos = None
+        if force_length is not None:  # EOS only at the forced length (the search forces it there)
+            no_eos = tf.one_hot(EOS_ID, model.vocab_size, on_value=-1e9, off_value=0.0)  # [vocab]
 
-        def step_fn(ids, caches, step):
-            logits, caches = model.decode_step(ids, caches, memory_key_values, memory_mask, step)
-            return tf.nn.log_softmax(logits, axis=-1), caches  # [batch * beam, vocab]
+        def finish(logits, step):
+            log_probs = tf.nn.log_softmax(logits, axis=-1)  # [batch * beam, vocab]
+            if no_eos is None:
+                return log_probs
+            return log_probs + no_eos * tf.cast(step + 1 < force_length, tf.float32)
+
+        if use_cache:
+            memory_key_values = model.decoder.memory_key_values(memory)  # once per sentence, not per step
+            caches = model.decoder.empty_cache(batch * beam_size, max_length, memory.dtype)
+
+            def step_fn(ids, caches, step):
+                logits, caches = model.decode_step(ids, caches, memory_key_values, memory_mask, step)
+                return finish(logits, step), caches
+        else:
+            caches = {"prefix": tf.zeros([batch * beam_size, max_length], tf.int32)}  # [batch*beam, max_len]
+
+            def step_fn(ids, caches, step):
+                position = tf.one_hot(step, max_length, dtype=tf.int32)[None, :]  # [1, max_len]
+                prefix = caches["prefix"] * (1 - position) + ids[:, None] * position
+                logits = model.decode(prefix, memory, memory_mask, training=False)  # [batch*beam, max_len, vocab]
+                return finish(logits[:, step], step), {"prefix": prefix}
 
         return beam_search(step_fn, caches, batch, max_lengths, beam_size=beam_size, alpha=alpha)
 

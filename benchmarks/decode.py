@@ -1,0 +1,118 @@
+"""Decoding speed benchmark (not a test): beam 4, batch 32, newstest2013 sources.
+
+    python benchmarks/decode.py --data ../shared/data/newstest/newstest2013.en --config small --config base
+
+Untrained weights, so every system does the same work: EOS is forbidden until a
+fixed output length (``--output_tokens``). Sources are the first ``--sentences``
+lines, tokenized with a SentencePiece model trained on them. Reports sentences/s
+and target tokens/s for cached decoding, and for re-running the decoder over the
+prefix at every step (uncached), on a subset. The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+import pipelines  # noqa: E402
+from configs import get_config  # noqa: E402
+from tf_transformer import build_transformer  # noqa: E402
+from tf_transformer.translator import Translator  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("data", "../shared/data/newstest/newstest2013.en", "Source sentences, one per line.")
+flags.DEFINE_multi_string("config", ["small", "base"], "Presets to measure.")
+flags.DEFINE_integer("sentences", 512, "Source sentences decoded (cached).")
+flags.DEFINE_integer("uncached_sentences", 64, "Source sentences decoded without the cache.")
+flags.DEFINE_integer("batch", 32, "Sentences per batch.")
+flags.DEFINE_integer("beam", 4, "Beam size.")
+flags.DEFINE_integer("output_tokens", 40, "Forced output length (EOS included).")
+flags.DEFINE_integer("vocab_size", 8000, "SentencePiece vocabulary size.")
+
+
+def batches(tokenizer, lines):
+    for start in range(0, len(lines), FLAGS.batch):
+        chunk = lines[start : start + FLAGS.batch]
+        ids = tokenizer.tokenize(tf.constant(chunk))
+        ids = tf.concat([ids, tf.fill([ids.nrows(), 1], pipelines.EOS_ID)], axis=1)
+        yield ids.to_tensor()
+
+
+def timed(search, inputs):
+    search(inputs[0]).numpy()  # trace and warm up
+    start = time.perf_counter()
+    for batch in inputs:
+        search(batch).numpy()
+    return time.perf_counter() - start
+
+
+def main(argv):
+    del argv
+    if not os.path.exists(FLAGS.data):
+        raise app.UsageError(f"--data {FLAGS.data}: not found (real corpora live in ../shared/data)")
+    with open(FLAGS.data, encoding="utf-8") as handle:
+        lines = [line.strip() for line in handle][: FLAGS.sentences]
+    with tempfile.TemporaryDirectory() as work:
+        model_path = pipelines.train_sentencepiece(
+            ((line, line) for line in lines), os.path.join(work, "sp.model"), vocab_size=FLAGS.vocab_size
+        )
+        tokenizer = pipelines.Tokenizer(model_path)
+    inputs = list(batches(tokenizer, lines))
+    few = inputs[: max(1, FLAGS.uncached_sentences // FLAGS.batch)]
+    results = []
+    for name in FLAGS.config:
+        config = get_config(name, vocab_size=tokenizer.vocab_size)
+        model = build_transformer(config)
+        translator = Translator(model, tokenizer, beam_size=FLAGS.beam)
+        cached = tf.function(
+            lambda x, t=translator: t.search(x, force_length=FLAGS.output_tokens)[0], reduce_retracing=True
+        )
+        uncached = tf.function(
+            lambda x, t=translator: t.search(x, use_cache=False, force_length=FLAGS.output_tokens)[0],
+            reduce_retracing=True,
+        )
+        seconds = timed(cached, inputs)
+        seconds_uncached = timed(uncached, few)
+        sentences = sum(int(b.shape[0]) for b in inputs)
+        few_sentences = sum(int(b.shape[0]) for b in few)
+        result = {
+            "config": name,
+            "params": int(model.count_params()),
+            "sentences_per_second": round(sentences / seconds, 2),
+            "target_tokens_per_second": round(sentences * FLAGS.output_tokens / seconds, 1),
+            "uncached_target_tokens_per_second": round(few_sentences * FLAGS.output_tokens / seconds_uncached, 1),
+        }
+        result["cache_speedup"] = round(
+            result["target_tokens_per_second"] / result["uncached_target_tokens_per_second"], 2
+        )
+        print(json.dumps(result), flush=True)
+        results.append(result)
+    print(
+        json.dumps(
+            {
+                "benchmark": "decode",
+                "beam": FLAGS.beam,
+                "batch": FLAGS.batch,
+                "sentences": len(lines),
+                "output_tokens": FLAGS.output_tokens,
+                "results": {r["config"]: r for r in results},
+                "machine": f"{platform.machine()} {os.cpu_count()} cores",
+                "tensorflow": tf.__version__,
+                "numpy": np.__version__,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)
