@@ -41,6 +41,7 @@ setup(
             "tft-average=tf_transformer.cli.average:run",
             "tft-export=tf_transformer.cli.export:run",
             "tft-translate=tf_transformer.cli.translate:run",
+            "tft-serve=tf_transformer.cli.serve:run",
         ]
     },
     license="Apache-2.0",
