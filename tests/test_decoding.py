@@ -137,3 +137,20 @@ def test_uncached_search_and_forced_length():
     forced = np.asarray(forced)
     assert int(steps) == 9
     assert (forced[:, :, 8] == EOS_ID).all() and (forced[:, :, :8] != EOS_ID).all()
+
+
+def test_decode_step_compiles_with_xla():
+    """The cached step has fixed shapes, so it runs under jit_compile with the same results."""
+    model = build_transformer(get_config("tiny"))
+    source = RNG.integers(4, 256, (2, 5)).astype("int32")
+    memory, memory_mask = model.encode(source, training=False)
+    memory_key_values = model.decoder.memory_key_values(memory)
+    caches = model.decoder.empty_cache(2, 6, memory.dtype)
+    step = tf.function(model.decode_step, jit_compile=True)
+    eager_caches = caches
+    ids = np.full([2], BOS_ID, np.int32)
+    for position in range(3):
+        logits, caches = step(ids, caches, memory_key_values, memory_mask, tf.constant(position))
+        expected, eager_caches = model.decode_step(ids, eager_caches, memory_key_values, memory_mask, position)
+        np.testing.assert_allclose(np.asarray(logits), np.asarray(expected), atol=1e-4)
+        ids = np.asarray(tf.argmax(logits, -1), np.int32)

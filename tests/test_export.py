@@ -232,3 +232,26 @@ def test_serve_speaks_tf_serving_rest_under_concurrency(exported):
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
+
+
+def test_translate_cli_from_a_run_with_nbest(run_dir, exported):
+    lines = ["zeta", "alpha beta"]
+    result = subprocess.run(
+        [str(BIN / "tft-translate"), "--model_dir", str(run_dir), "--beam_size", "3", "--nbest", "2"],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.split("\t") for line in result.stdout.strip("\n").split("\n")]
+    assert [r[0] for r in rows] == ["0", "0", "1", "1"]
+    assert float(rows[0][1]) >= float(rows[1][1]) and float(rows[2][1]) >= float(rows[3][1])
+    refused = subprocess.run(
+        [str(BIN / "tft-translate"), "--model", str(exported), "--nbest", "2"],
+        input="zeta\n",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert refused.returncode != 0 and "--model_dir" in refused.stderr

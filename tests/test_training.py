@@ -322,3 +322,23 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, corpus_dir):
     assert summary["steps"] == 10
     for a, b in zip(_final_weights(str(killed)), _final_weights(str(reference)), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+def test_no_checkpoint_after_a_nan_loss(tmp_path):
+    """TerminateOnNaN stops the run; the checkpoint callback never saves the NaN state."""
+    from tf_transformer.training.callbacks import StepCheckpoint
+
+    model = build_transformer(get_config("tiny"))
+    compile_model(model, get_config("tiny"))
+    model.optimizer.build(model.trainable_variables)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(tmp_path), max_to_keep=3)
+    callback = StepCheckpoint(manager, every_steps=1)
+    callback.set_model(model)
+    model.optimizer.iterations.assign(1)
+    callback.on_train_batch_end(0, {"loss": 2.5})
+    good = manager.latest_checkpoint
+    assert good is not None
+    model.optimizer.iterations.assign(2)
+    callback.on_train_batch_end(1, {"loss": float("nan")})
+    callback.on_epoch_end(0, {"loss": float("nan")})
+    assert manager.latest_checkpoint == good
