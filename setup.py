@@ -42,6 +42,7 @@ setup(
             "tft-export=tf_transformer.cli.export:run",
             "tft-translate=tf_transformer.cli.translate:run",
             "tft-serve=tf_transformer.cli.serve:run",
+            "tft-evaluate=tf_transformer.cli.evaluate:run",
         ]
     },
     license="Apache-2.0",

@@ -40,6 +40,7 @@ flags.DEFINE_integer("seed", 1, "Random seed (data order and initialization).")
 flags.DEFINE_integer("vocab_size", None, "Shared SentencePiece vocabulary size (default: the preset's).")
 flags.DEFINE_enum("vocab_model_type", "bpe", ["bpe", "unigram"], "SentencePiece model type.")
 flags.DEFINE_integer("dev_bleu_sentences", 100, "Dev sentences translated for BLEU each epoch (0: none).")
+flags.DEFINE_float("max_minutes", None, "Stop after this many minutes of training (a time budget).")
 flags.DEFINE_multi_string("set", [], "Override a config field, e.g. --set dropout=0.2 (repeatable).")
 
 
@@ -95,6 +96,7 @@ def main(argv):
         vocab_size=FLAGS.vocab_size,
         vocab_model_type=FLAGS.vocab_model_type,
         dev_bleu_sentences=FLAGS.dev_bleu_sentences,
+        max_minutes=FLAGS.max_minutes,
         verbose="auto" if os.isatty(1) else 2,
     )
     print(f"TensorBoard: tensorboard --logdir {os.path.join(FLAGS.model_dir, 'logs')}", flush=True)

@@ -72,6 +72,22 @@ class StopAtStep(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+class StopAfterMinutes(keras.callbacks.Callback):
+    """Stops training once ``minutes`` of wall-clock time have passed (a budget, e.g. for demos)."""
+
+    def __init__(self, minutes: float):
+        super().__init__()
+        self.seconds = minutes * 60.0
+
+    def on_train_begin(self, logs=None):
+        if not hasattr(self, "_start"):
+            self._start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if time.perf_counter() - self._start >= self.seconds:
+            self.model.stop_training = True
+
+
 class TrainingMonitor(keras.callbacks.Callback):
     """TensorBoard scalars per step (learning rate, target tokens/s) and, per epoch,
     validation BLEU on a dev subset and a few sample translations as text.

@@ -23,7 +23,13 @@ import pipelines
 from configs import TransformerConfig
 from tf_transformer.decoding import greedy_decode
 from tf_transformer.model import build_transformer
-from tf_transformer.training.callbacks import StepCheckpoint, StopAtStep, TargetTokens, TrainingMonitor
+from tf_transformer.training.callbacks import (
+    StepCheckpoint,
+    StopAfterMinutes,
+    StopAtStep,
+    TargetTokens,
+    TrainingMonitor,
+)
 from tf_transformer.training.losses import LabelSmoothedCrossEntropy, TokenAccuracy, TokenPerplexity
 from tf_transformer.training.schedules import paper_optimizer
 from tf_transformer.training.strategy import default_jit_compile, make_strategy, set_precision
@@ -59,6 +65,7 @@ class RunOptions:
     vocab_model_type: str = "bpe"
     dev_bleu_sentences: int = 100
     log_every: int = 50
+    max_minutes: float | None = None
     verbose: int | str = "auto"
 
 
@@ -219,6 +226,8 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
         monitor,
         keras.callbacks.TensorBoard(log_dir, update_freq="epoch"),
     ]
+    if options.max_minutes:
+        callbacks.insert(2, StopAfterMinutes(options.max_minutes))
     start = time.perf_counter()
     history = {}
     if done_micro < total_micro:

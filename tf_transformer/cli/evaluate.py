@@ -1,0 +1,75 @@
+"""``tft-evaluate``: translate a test set and score it with sacreBLEU and chrF.
+
+    tft-evaluate --model saved_models/multi30k_en_de/1 --src test.en --ref test.de
+    tft-evaluate --model_dir runs/m30k --src test.en --ref test.de --lowercase --tokenize 13a
+
+Scores detokenized, cased text by default (sacreBLEU's signature is printed);
+``--lowercase --tokenize 13a`` matches how most published tokenized BLEU is
+computed. The last line is one JSON object with bleu, chrf, signature, sentences.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("model", None, "Exported SavedModel directory.")
+flags.DEFINE_string("model_dir", None, "Or a training run directory (its averaged or newest checkpoint).")
+flags.DEFINE_string("src", None, "Source sentences, one per line.", required=True)
+flags.DEFINE_string("ref", None, "Reference translations, line-aligned with --src.", required=True)
+flags.DEFINE_string("output", None, "Write the hypotheses here (default: print none).")
+flags.DEFINE_bool("lowercase", False, "Lowercase before BLEU.")
+flags.DEFINE_string("tokenize", "13a", "sacreBLEU tokenizer (13a, intl, none, …).")
+flags.DEFINE_integer("beam_size", None, "Beam size (--model_dir only).", lower_bound=1)
+flags.DEFINE_float("alpha", None, "Length penalty α (--model_dir only).")
+flags.DEFINE_integer("batch_size", 64, "Sentences per batch.", lower_bound=1)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    if bool(FLAGS.model) == bool(FLAGS.model_dir):
+        raise app.UsageError("Give exactly one of --model (an export) or --model_dir (a training run)")
+    from pipelines import DataError, parallel_files
+    from tf_transformer.cli.translate import translate_lines, translate_with_checkpoint
+    from tf_transformer.evaluation import score
+
+    try:
+        parallel_files(FLAGS.src, FLAGS.ref)  # exists, UTF-8, equal line counts
+    except DataError as error:
+        raise app.UsageError(str(error)) from None
+    with open(FLAGS.src, encoding="utf-8") as handle:
+        sources = [line.rstrip("\r\n") for line in handle]
+    with open(FLAGS.ref, encoding="utf-8") as handle:
+        references = [line.rstrip("\r\n") for line in handle]
+
+    def progress(done, total):
+        print(f"\rtranslated {done}/{total}", end="", file=sys.stderr, flush=True)
+
+    if FLAGS.model:
+        hypotheses = [text for text, _ in translate_lines(FLAGS.model, sources, FLAGS.batch_size, progress)]
+    else:
+        results = translate_with_checkpoint(
+            FLAGS.model_dir, sources, FLAGS.batch_size, FLAGS.beam_size, FLAGS.alpha, 1, progress
+        )
+        hypotheses = [hyps[0][0] for hyps in results]
+    print(file=sys.stderr)
+    if FLAGS.output:
+        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output)), exist_ok=True)
+        with open(FLAGS.output, "w", encoding="utf-8") as handle:
+            handle.write("".join(f"{h}\n" for h in hypotheses))
+    result = score(hypotheses, references, lowercase=FLAGS.lowercase, tokenize=FLAGS.tokenize)
+    print(f"BLEU {result['bleu']:.2f} ({result['signature']})  chrF {result['chrf']:.2f}", file=sys.stderr)
+    print(json.dumps(result))
+
+
+def run():
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

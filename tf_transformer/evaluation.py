@@ -1,0 +1,24 @@
+"""sacreBLEU and chrF of translations against references (detokenized, cased by default)."""
+
+from __future__ import annotations
+
+import sacrebleu
+
+
+def score(hypotheses: list[str], references: list[str], lowercase: bool = False, tokenize: str = "13a") -> dict:
+    """BLEU (with its signature) and chrF; plus lowercased 13a-tokenized BLEU for published comparisons."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    bleu = sacrebleu.metrics.BLEU(lowercase=lowercase, tokenize=tokenize)
+    result = bleu.corpus_score(hypotheses, [references])
+    chrf = sacrebleu.metrics.CHRF()
+    chrf_result = chrf.corpus_score(hypotheses, [references])
+    lc = sacrebleu.metrics.BLEU(lowercase=True, tokenize="13a").corpus_score(hypotheses, [references])
+    return {
+        "bleu": round(result.score, 2),
+        "chrf": round(chrf_result.score, 2),
+        "signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+        "lc_tok_bleu": round(lc.score, 2),
+        "sentences": len(hypotheses),
+    }
