@@ -36,7 +36,9 @@ def _gather_beams(tree, indices, batch, beam_in):
     """Picks beams ``indices`` ([batch, k]) from every [batch * beam_in, ...] (flat) tensor of ``tree``."""
 
     def gather(x):
-        return _flatten(tf.gather(_unflatten(x, batch, beam_in), indices, batch_dims=1))
+        gathered = _flatten(tf.gather(_unflatten(x, batch, beam_in), indices, batch_dims=1))
+        gathered.set_shape(x.shape)  # same K beams in and out: keep static shapes for the while loop
+        return gathered
 
     return tf.nest.map_structure(gather, tree)
 

@@ -28,10 +28,10 @@ def main() -> int:
     from pipelines import DataError
     from pipelines.download import fetch_multi30k
     from tf_transformer.averaging import average_checkpoints
-    from tf_transformer.cli.translate import translate_lines
     from tf_transformer.evaluation import score
     from tf_transformer.export import export_run
     from tf_transformer.training.trainer import RunOptions, train
+    from tf_transformer.translation import translate_lines
 
     logging.set_verbosity(logging.WARNING)
     minutes = float(os.environ.get("DEMO_MINUTES", "18"))

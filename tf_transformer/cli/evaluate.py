@@ -35,8 +35,8 @@ def main(argv):
     if bool(FLAGS.model) == bool(FLAGS.model_dir):
         raise app.UsageError("Give exactly one of --model (an export) or --model_dir (a training run)")
     from pipelines import DataError, parallel_files
-    from tf_transformer.cli.translate import translate_lines, translate_with_checkpoint
     from tf_transformer.evaluation import score
+    from tf_transformer.translation import translate_lines, translate_with_checkpoint
 
     try:
         parallel_files(FLAGS.src, FLAGS.ref)  # exists, UTF-8, equal line counts

@@ -12,6 +12,8 @@ import sys
 
 from absl import app, flags
 
+from tf_transformer.translation import translate_lines, translate_with_checkpoint
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "Exported SavedModel directory (beam size and α fixed at export).")
 flags.DEFINE_string("model_dir", None, "Or a training run directory: decodes its averaged or newest checkpoint.")
@@ -20,59 +22,6 @@ flags.DEFINE_integer("beam_size", None, "Beam size (--model_dir only; default: t
 flags.DEFINE_float("alpha", None, "Length penalty α (--model_dir only; default: the config's, 0.6).")
 flags.DEFINE_integer("nbest", 1, "Hypotheses per input (--model_dir only), written 'index<TAB>score<TAB>text'.")
 flags.DEFINE_bool("scores", False, "Write 'score<TAB>translation' lines.")
-
-
-def translate_lines(model_path: str, lines: list[str], batch_size: int = 64, progress=None) -> list[tuple[str, float]]:
-    """Translations and scores of ``lines`` (in order) with the SavedModel at ``model_path``."""
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
-
-    serving = tf.saved_model.load(model_path).signatures["serving_default"]
-    order = sorted(range(len(lines)), key=lambda i: len(lines[i]))
-    results: list[tuple[str, float] | None] = [None] * len(lines)
-    for start in range(0, len(order), batch_size):
-        batch = order[start : start + batch_size]
-        outputs = serving(inputs=tf.constant([lines[i] for i in batch]))
-        for index, text, score in zip(batch, outputs["translations"].numpy(), outputs["scores"].numpy(), strict=True):
-            results[index] = (text.decode("utf-8"), float(score))
-        if progress:
-            progress(min(start + batch_size, len(lines)), len(lines))
-    return results
-
-
-def translate_with_checkpoint(model_dir, lines, batch_size, beam_size, alpha, nbest, progress=None):
-    """n-best ``[(text, score), …]`` per line from a run's checkpoint, any beam size and α."""
-    import tensorflow as tf
-
-    from pipelines import Tokenizer
-    from tf_transformer.export import default_checkpoint
-    from tf_transformer.training.trainer import restore_model
-    from tf_transformer.translator import Translator
-
-    model, config = restore_model(model_dir, default_checkpoint(model_dir))
-    beam_size = beam_size or config.beam_size
-    if nbest > beam_size:
-        raise app.UsageError(f"--nbest {nbest} exceeds --beam_size {beam_size}")
-    translator = Translator(
-        model,
-        Tokenizer(f"{model_dir}/sp.model"),
-        beam_size=beam_size,
-        alpha=config.length_penalty if alpha is None else alpha,
-        extra_length=config.extra_decode_length,
-    )
-    run = tf.function(lambda texts: translator.translate(texts, nbest=nbest), reduce_retracing=True)
-    order = sorted(range(len(lines)), key=lambda i: len(lines[i]))
-    results = [None] * len(lines)
-    for start in range(0, len(order), batch_size):
-        batch = order[start : start + batch_size]
-        outputs = run(tf.constant([lines[i] for i in batch]))
-        texts = outputs["translations"].numpy().reshape(len(batch), nbest)
-        scores = outputs["scores"].numpy().reshape(len(batch), nbest)
-        for row, index in enumerate(batch):
-            results[index] = [(t.decode("utf-8"), float(s)) for t, s in zip(texts[row], scores[row], strict=True)]
-        if progress:
-            progress(min(start + batch_size, len(lines)), len(lines))
-    return results
 
 
 def main(argv):
@@ -94,9 +43,12 @@ def main(argv):
         for text, score in translate_lines(FLAGS.model, lines, FLAGS.batch_size, progress):
             print(f"{score:.4f}\t{text}" if FLAGS.scores else text)
     else:
-        results = translate_with_checkpoint(
-            FLAGS.model_dir, lines, FLAGS.batch_size, FLAGS.beam_size, FLAGS.alpha, FLAGS.nbest, progress
-        )
+        try:
+            results = translate_with_checkpoint(
+                FLAGS.model_dir, lines, FLAGS.batch_size, FLAGS.beam_size, FLAGS.alpha, FLAGS.nbest, progress
+            )
+        except (ValueError, FileNotFoundError) as error:
+            raise app.UsageError(str(error)) from None
         for index, hypotheses in enumerate(results):
             for text, score in hypotheses:
                 if FLAGS.nbest > 1:
