@@ -260,10 +260,15 @@ def training_dataset(
     dataset = chunks
     if shuffle:
         dataset = dataset.shuffle(max(1, -(-len(lengths) // CHUNK_SIZE)), seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
     window = max(max(buckets.batch_sizes) * 16, DEFAULT_SORT_WINDOW) if sort_window is None else sort_window
-    dataset = dataset.apply(windows_sorted_by_length(max_length, max(1, -(-window // CHUNK_SIZE)), sort=window > 1))
+    # A window never spans more than one pass over the data, and repetition comes
+    # after sorting: otherwise a window of a repeated small corpus holds many
+    # copies of each pair, sorted next to each other into the same batches.
+    chunks_per_epoch = max(1, -(-len(lengths) // CHUNK_SIZE))
+    chunks_per_window = min(max(1, -(-window // CHUNK_SIZE)), chunks_per_epoch)
+    dataset = dataset.apply(windows_sorted_by_length(max_length, chunks_per_window, sort=window > 1))
+    if repeat:
+        dataset = dataset.repeat()  # bucketing below carries partial batches across epochs
     dataset = dataset.apply(bucket_by_length(buckets, pad_to_bucket_boundary))
     if pad_to_bucket_boundary:
         dataset = dataset.apply(pad_batches_to_bucket_size(buckets))
@@ -272,7 +277,7 @@ def training_dataset(
         # A sorted window emits its batches shortest first: shuffle about one
         # window's worth of batches so training sees no length curriculum.
         mean_longer = float(np.maximum(lengths[:, 0], lengths[:, 1]).mean()) if len(lengths) else 1.0
-        window_batches = int(min(window, stats.kept) * mean_longer / tokens_per_batch) + 1
+        window_batches = int(min(chunks_per_window * CHUNK_SIZE, stats.kept) * mean_longer / tokens_per_batch) + 1
         dataset = dataset.shuffle(min(max(window_batches, 16), 2048), seed=seed)
     dataset = dataset.prefetch(tf.data.AUTOTUNE).with_options(options)
     kept = lengths[_keep(lengths, max_length)]
