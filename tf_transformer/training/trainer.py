@@ -179,7 +179,6 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
         total_micro = options.epochs * steps_per_epoch
     else:
         total_micro = config.train_steps * accumulate
-    epochs = math.ceil(total_micro / steps_per_epoch)
 
     validation = None
     dev_sources, dev_references = [], []
@@ -231,33 +230,23 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
     start = time.perf_counter()
     history = {}
     if done_micro < total_micro:
+        # Resume where the checkpoint was written: skip the micro-batches already
+        # trained on (the data order is deterministic for a seed) in one fit call,
+        # so the data is iterated once, exactly as in an uninterrupted run. After a
+        # mid-epoch resume, epoch boundaries (validation, BLEU) shift by the part of
+        # the epoch already done; the step count and the batches are unchanged.
         initial_epoch = done_micro // steps_per_epoch
-        # Resume exactly where the checkpoint was written: skip the micro-batches
-        # already trained on (the data order is deterministic for a seed) and
-        # finish a partly done epoch before the whole ones.
-        partial = done_micro % steps_per_epoch
-        runs = []
-        if partial:
-            runs.append((initial_epoch, initial_epoch + 1, steps_per_epoch - partial))
-            initial_epoch += 1
-        if initial_epoch < epochs:
-            runs.append((initial_epoch, epochs, steps_per_epoch))
-        skipped = done_micro
-        for first, last, per_epoch in runs:
-            result = model.fit(
-                data.dataset.skip(skipped),
-                validation_data=validation,
-                epochs=last,
-                initial_epoch=first,
-                steps_per_epoch=per_epoch,
-                callbacks=callbacks,
-                verbose=options.verbose,
-            )
-            for key, values in result.history.items():
-                history.setdefault(key, []).extend(float(v) for v in values)
-            skipped += (last - first) * per_epoch
-            if model.stop_training:
-                break
+        epochs = initial_epoch + math.ceil((total_micro - done_micro) / steps_per_epoch)
+        result = model.fit(
+            data.dataset.skip(done_micro),
+            validation_data=validation,
+            epochs=epochs,
+            initial_epoch=initial_epoch,
+            steps_per_epoch=steps_per_epoch,
+            callbacks=callbacks,
+            verbose=options.verbose,
+        )
+        history = {key: [float(v) for v in values] for key, values in result.history.items()}
     seconds = time.perf_counter() - start
     summary = {
         "model_dir": model_dir,
