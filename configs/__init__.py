@@ -1,5 +1,5 @@
 """Model and training presets: ``tiny``, ``small``, ``base``, ``big`` and Table 3's rows."""
 
-from configs.transformer import PRESETS, TransformerConfig, get_config, preset_names
+from configs.transformer import PRESETS, TransformerConfig, get_config, parse_overrides, preset_names
 
-__all__ = ["PRESETS", "TransformerConfig", "get_config", "preset_names"]
+__all__ = ["PRESETS", "TransformerConfig", "get_config", "parse_overrides", "preset_names"]

@@ -211,6 +211,24 @@ PRESETS: dict[str, TransformerConfig] = {
 }
 
 
+def parse_overrides(settings: list[str]) -> dict[str, Any]:
+    """``["dropout=0.2", "position=learned"]`` → ``{"dropout": 0.2, "position": "learned"}``.
+
+    Values are JSON (numbers, booleans) or else plain strings; unknown fields raise ``ValueError``.
+    """
+    fields = [f.name for f in dataclasses.fields(TransformerConfig)]
+    overrides: dict[str, Any] = {}
+    for setting in settings:
+        name, sep, value = setting.partition("=")
+        if not sep or name not in fields:
+            raise ValueError(f"--set {setting!r}: expected FIELD=VALUE with FIELD one of {', '.join(fields)}")
+        try:
+            overrides[name] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[name] = value
+    return overrides
+
+
 def preset_names() -> list[str]:
     """The names ``--config`` accepts: tiny, small, base, big, then Table 3's rows."""
     return list(PRESETS)

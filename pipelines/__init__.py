@@ -19,6 +19,7 @@ from pipelines.sources import (
     parallel_files,
     parallel_prefix,
     tfds_pairs,
+    tfds_to_files,
     tsv_file,
 )
 from pipelines.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_sentencepiece
@@ -44,6 +45,7 @@ __all__ = [
     "parallel_prefix",
     "restore_order",
     "tfds_pairs",
+    "tfds_to_files",
     "to_features_and_labels",
     "tokenize_pairs",
     "train_sentencepiece",

@@ -120,12 +120,19 @@ def tsv_file(path: str) -> ParallelText:
     return ParallelText(tsv_path=path, num_lines=count_valid_lines(path, tsv=True))
 
 
+TFDS_PREFIX = "tfds:"
+
+
 def find_split(data: str, split: str, src: str, tgt: str) -> ParallelText:
-    """Resolves ``split`` of a corpus given as a directory, a prefix or a TSV file.
+    """Resolves ``split`` of a corpus given as a directory, a prefix, a TSV file or a TFDS name.
 
     ``data`` may be a directory holding ``{split}.{src}``/``{split}.{tgt}`` (or
-    ``{split}.tsv``), or a file prefix when ``split`` is empty.
+    ``{split}.tsv``), a file prefix when ``split`` is empty, or
+    ``tfds:NAME`` (e.g. ``tfds:wmt14_translate/de-en``): that TFDS dataset's
+    split, written once to text files by :func:`tfds_to_files`.
     """
+    if data.startswith(TFDS_PREFIX):
+        return tfds_to_files(data[len(TFDS_PREFIX) :], split, src, tgt)
     if os.path.isdir(data):
         tsv = os.path.join(data, f"{split}.tsv")
         if os.path.exists(tsv) and not os.path.exists(os.path.join(data, f"{split}.{src}")):
@@ -160,3 +167,42 @@ def tfds_pairs(name: str, split: str, src: str, tgt: str, data_dir: str | None =
     if missing:
         raise DataError(f"TFDS dataset {name!r} has no field(s) {missing}; its fields are {sorted(spec)}")
     return dataset.map(lambda example: (example[src], example[tgt]), num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def text_cache_dir() -> str:
+    """Where TFDS splits are written as text: ``$TFT_TEXT_CACHE`` or ``~/.cache/tf_transformer/text``."""
+    return os.environ.get("TFT_TEXT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tf_transformer", "text")
+
+
+def tfds_to_files(
+    name: str, split: str, src: str, tgt: str, out_dir: str | None = None, data_dir: str | None = None
+) -> ParallelText:
+    """Writes a TFDS translation split as ``{split}.{src}``/``{split}.{tgt}`` text files, once.
+
+    The files go to ``out_dir`` (default: ``text_cache_dir()/NAME``), through
+    temporary names renamed into place, so an interrupted export is redone and
+    never read half-written. Line breaks inside a sentence become spaces (one
+    sentence per line); nothing is dropped. Vocabulary training, caching and
+    evaluation then read plain files, like any other corpus.
+    """
+    out_dir = out_dir or os.path.join(text_cache_dir(), name.replace("/", "__"))
+    paths = [os.path.join(out_dir, f"{split}.{code}") for code in (src, tgt)]
+    if not all(os.path.exists(path) for path in paths):
+        os.makedirs(out_dir, exist_ok=True)
+        pairs = tfds_pairs(name, split, src, tgt, data_dir=data_dir)
+        temporary = [f"{path}.tmp-{os.getpid()}" for path in paths]
+        try:
+            with (
+                open(temporary[0], "w", encoding="utf-8") as source,
+                open(temporary[1], "w", encoding="utf-8") as target,
+            ):
+                for source_text, target_text in pairs.as_numpy_iterator():
+                    source.write(" ".join(source_text.decode("utf-8").splitlines()) + "\n")
+                    target.write(" ".join(target_text.decode("utf-8").splitlines()) + "\n")
+            for tmp, path in zip(temporary, paths, strict=True):
+                os.replace(tmp, path)
+        finally:
+            for tmp in temporary:
+                if os.path.exists(tmp):
+                    os.remove(tmp)
+    return parallel_files(*paths)

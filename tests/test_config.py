@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from configs import PRESETS, TransformerConfig, get_config, preset_names
+from configs import PRESETS, TransformerConfig, get_config, parse_overrides, preset_names
 
 TABLE3_ORDER = ["A1", "A2", "A3", "A4", "B1", "B2"] + [f"C{i}" for i in range(1, 8)] + ["D1", "D2", "D3", "D4", "E"]
 
@@ -61,3 +61,13 @@ def test_unknown_names_are_rejected_clearly():
         get_config("huge")
     with pytest.raises(ValueError, match="dmodel"):
         get_config("base", dmodel=3)
+
+
+def test_overrides_parse_json_values_and_name_bad_fields():
+    overrides = parse_overrides(["dropout=0.3", "position=learned", "pre_norm=true", "warmup_steps=800"])
+    assert overrides == {"dropout": 0.3, "position": "learned", "pre_norm": True, "warmup_steps": 800}
+    assert get_config("small", **overrides).warmup_steps == 800
+    with pytest.raises(ValueError, match="'dropuot=0.3'.*dropout"):
+        parse_overrides(["dropuot=0.3"])
+    with pytest.raises(ValueError, match="'dropout'"):
+        parse_overrides(["dropout"])

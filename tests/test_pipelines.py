@@ -308,6 +308,28 @@ def test_tfds_source_with_tfds_mocking():
     assert len(pairs) == 6 and all(isinstance(s, bytes) and isinstance(t, bytes) for s, t in pairs)
 
 
+def test_tfds_name_as_data_is_written_once_to_text_files(tmp_path, monkeypatch):
+    import tensorflow_datasets as tfds
+
+    monkeypatch.setenv("TFT_TEXT_CACHE", str(tmp_path))
+    name = "ted_hrlr_translate/pt_to_en"
+    with tfds.testing.mock_data(num_examples=6, policy=tfds.testing.MockPolicy.USE_CODE):
+        expected = [
+            tuple(" ".join(x.decode("utf-8").splitlines()) for x in pair)
+            for pair in pipelines.tfds_pairs(name, "train", "pt", "en").as_numpy_iterator()
+        ]
+        corpus = pipelines.find_split(f"tfds:{name}", "train", "pt", "en")
+    assert corpus.source_path == str(tmp_path / "ted_hrlr_translate__pt_to_en" / "train.pt")
+    assert list(corpus.pairs()) == expected and corpus.num_lines == 6
+    assert sorted(p.name for p in (tmp_path / "ted_hrlr_translate__pt_to_en").iterdir()) == ["train.en", "train.pt"]
+
+    def no_second_load(*args, **kwargs):
+        raise AssertionError("the text files are reused, TFDS is not read again")
+
+    monkeypatch.setattr(tfds, "load", no_second_load)
+    assert list(pipelines.find_split(f"tfds:{name}", "train", "pt", "en").pairs()) == expected
+
+
 def test_tfds_offline_failure_says_what_to_do(monkeypatch):
     import tensorflow_datasets as tfds
 

@@ -21,8 +21,11 @@ def translate_lines(model_path: str, lines: list[str], batch_size: int = 64, pro
     return results
 
 
-def translate_with_checkpoint(model_dir, lines, batch_size, beam_size, alpha, nbest, progress=None):
-    """n-best ``[(text, score), …]`` per line from a run's checkpoint, any beam size and α."""
+def translate_with_checkpoint(model_dir, lines, batch_size, beam_size, alpha, nbest, progress=None, checkpoint=None):
+    """n-best ``[(text, score), …]`` per line from a run's checkpoint, any beam size and α.
+
+    ``checkpoint`` is a checkpoint prefix; by default the averaged one when it exists, else the newest.
+    """
     import tensorflow as tf
 
     from pipelines import Tokenizer
@@ -30,7 +33,7 @@ def translate_with_checkpoint(model_dir, lines, batch_size, beam_size, alpha, nb
     from tf_transformer.training.trainer import restore_model
     from tf_transformer.translator import Translator
 
-    model, config = restore_model(model_dir, default_checkpoint(model_dir))
+    model, config = restore_model(model_dir, checkpoint or default_checkpoint(model_dir))
     beam_size = beam_size or config.beam_size
     if nbest > beam_size:
         raise ValueError(f"--nbest {nbest} exceeds --beam_size {beam_size}")

@@ -17,7 +17,12 @@ from tf_transformer.training.strategy import PRECISIONS, STRATEGIES
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("config", "small", preset_names(), "Preset: tiny, small, base, big or a Table 3 row.")
-flags.DEFINE_string("data", None, "Corpus directory ({split}.{src}/{split}.{tgt} or {split}.tsv) or file prefix.")
+flags.DEFINE_string(
+    "data",
+    None,
+    "Corpus directory ({split}.{src}/{split}.{tgt} or {split}.tsv), file prefix, or tfds:NAME "
+    "(e.g. tfds:wmt14_translate/de-en, written once to text files under $TFT_TEXT_CACHE).",
+)
 flags.DEFINE_string("src", "en", "Source language code (file suffix).")
 flags.DEFINE_string("tgt", "de", "Target language code (file suffix).")
 flags.DEFINE_string("train_split", "train", "Training split name.")
@@ -45,19 +50,12 @@ flags.DEFINE_multi_string("set", [], "Override a config field, e.g. --set dropou
 
 
 def _overrides(settings: list[str]) -> dict:
-    from configs import TransformerConfig
+    from configs import parse_overrides
 
-    fields = {f.name: f.type for f in TransformerConfig.__dataclass_fields__.values()}
-    overrides = {}
-    for setting in settings:
-        name, sep, value = setting.partition("=")
-        if not sep or name not in fields:
-            raise app.UsageError(f"--set {setting!r}: expected FIELD=VALUE with FIELD one of {', '.join(fields)}")
-        try:
-            overrides[name] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[name] = value  # a plain string such as position=learned
-    return overrides
+    try:
+        return parse_overrides(settings)
+    except ValueError as error:
+        raise app.UsageError(str(error)) from error
 
 
 def main(argv):
@@ -67,7 +65,8 @@ def main(argv):
         raise app.UsageError("--data is required: a corpus directory or file prefix")
     if not FLAGS.model_dir:
         raise app.UsageError("--model_dir is required: where the run is written")
-    if not os.path.exists(FLAGS.data) and not os.path.exists(f"{FLAGS.data}{FLAGS.train_split}.{FLAGS.src}"):
+    local = not FLAGS.data.startswith("tfds:")
+    if local and not os.path.exists(FLAGS.data) and not os.path.exists(f"{FLAGS.data}{FLAGS.train_split}.{FLAGS.src}"):
         raise app.UsageError(f"--data {FLAGS.data!r}: no such directory or file prefix")
     from configs import get_config
     from pipelines import DataError

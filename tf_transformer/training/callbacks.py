@@ -73,11 +73,17 @@ class StopAtStep(keras.callbacks.Callback):
 
 
 class StopAfterMinutes(keras.callbacks.Callback):
-    """Stops training once ``minutes`` of wall-clock time have passed (a budget, e.g. for demos)."""
+    """Stops training once ``minutes`` of wall-clock time have passed (a budget, e.g. for demos).
 
-    def __init__(self, minutes: float):
+    The clock starts at ``start`` (a ``time.perf_counter()`` value, e.g. taken
+    before the vocabulary and data were prepared) or else when training begins.
+    """
+
+    def __init__(self, minutes: float, start: float | None = None):
         super().__init__()
         self.seconds = minutes * 60.0
+        if start is not None:
+            self._start = start
 
     def on_train_begin(self, logs=None):
         if not hasattr(self, "_start"):

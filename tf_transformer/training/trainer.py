@@ -66,6 +66,7 @@ class RunOptions:
     dev_bleu_sentences: int = 100
     log_every: int = 50
     max_minutes: float | None = None
+    budget_start: float | None = None  # time.perf_counter() at which max_minutes starts (default: the first step)
     verbose: int | str = "auto"
 
 
@@ -226,7 +227,7 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
         keras.callbacks.TensorBoard(log_dir, update_freq="epoch"),
     ]
     if options.max_minutes:
-        callbacks.insert(2, StopAfterMinutes(options.max_minutes))
+        callbacks.insert(2, StopAfterMinutes(options.max_minutes, options.budget_start))
     start = time.perf_counter()
     history = {}
     if done_micro < total_micro:

@@ -1,0 +1,156 @@
+"""Translation quality in a fixed CPU time budget (a benchmark, not a test).
+
+    python benchmarks/quality.py --data ../shared/data/multi30k --src en --tgt de \
+        --test test_2016_flickr --key test2016 --minutes 40
+
+Trains a preset (the recipe: ``--config``, ``--set``, ``--tokens``,
+``--vocab_size``) for at most ``--minutes`` of wall-clock time, then picks on
+the dev split alone how many of the last checkpoints to average (beam search,
+the paper's α), exports that model and decodes the test split through the
+export. The last line of output is one JSON object with ``sacrebleu_<key>``
+(cased, detokenized), ``lc_tok_bleu_<key>`` (lowercased, 13a-tokenized, the
+measure most papers on Multi30k report), ``chrf_<key>``, the dev scores,
+``train_minutes``, ``params`` and ``train_tokens_per_second``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags, logging  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("data", "../shared/data/multi30k", "Corpus directory ({split}.{src} / {split}.{tgt}).")
+flags.DEFINE_string("src", "en", "Source language.")
+flags.DEFINE_string("tgt", "de", "Target language.")
+flags.DEFINE_string("dev", "val", "Dev split: validation during training and the averaging choice.")
+flags.DEFINE_string("test", "test_2016_flickr", "Test split, only for reporting.")
+flags.DEFINE_string("key", "test2016", "Suffix of the test scores' JSON keys.")
+flags.DEFINE_string("config", "small", "Preset.")
+flags.DEFINE_multi_string("set", [], "Config overrides, e.g. --set dropout=0.2.")
+flags.DEFINE_integer("tokens", None, "Tokens per batch and side (default: the preset's).")
+flags.DEFINE_integer("vocab_size", None, "Shared SentencePiece vocabulary (default: the preset's).")
+flags.DEFINE_float("minutes", 40.0, "Wall-clock training budget, vocabulary and data preparation included.")
+flags.DEFINE_integer("checkpoint_every", 200, "Checkpoint interval in steps.")
+flags.DEFINE_list("average", ["1", "3", "5", "8"], "Numbers of last checkpoints to try averaging (chosen on dev).")
+flags.DEFINE_string("precision", "mixed_bfloat16", "Training precision (bf16 without XLA is fastest on CPU).")
+flags.DEFINE_string("model_dir", None, "Run directory (default: runs/quality_<corpus>_<src>_<tgt>).")
+flags.DEFINE_integer("seed", 1, "Seed.")
+
+
+def _read(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in handle]
+
+
+def main(argv):
+    del argv
+    import tensorflow as tf
+
+    from configs import get_config, parse_overrides
+    from tf_transformer.averaging import average_checkpoints, last_checkpoints
+    from tf_transformer.evaluation import score
+    from tf_transformer.export import export_run
+    from tf_transformer.training.trainer import RunOptions, train
+    from tf_transformer.translation import translate_lines, translate_with_checkpoint
+
+    logging.set_verbosity(logging.WARNING)
+    corpus = os.path.basename(os.path.normpath(FLAGS.data))
+    model_dir = FLAGS.model_dir or f"runs/quality_{corpus}_{FLAGS.src}_{FLAGS.tgt}"
+    if tf.io.gfile.exists(model_dir):
+        raise SystemExit(f"{model_dir} exists: a budgeted run must start fresh (remove it or pass --model_dir)")
+    for split in (FLAGS.dev, FLAGS.test):
+        for lang in (FLAGS.src, FLAGS.tgt):
+            path = os.path.join(FLAGS.data, f"{split}.{lang}")
+            if not os.path.exists(path):
+                raise SystemExit(f"{path} not found: see ../shared/data/README.md")
+    config = get_config(FLAGS.config, **parse_overrides(FLAGS.set))
+    # The budget covers everything before the first step too (vocabulary, data
+    # cache, graph tracing): the fit-time limit is what is left of it.
+    start = time.perf_counter()
+    options = RunOptions(
+        data=FLAGS.data,
+        src=FLAGS.src,
+        tgt=FLAGS.tgt,
+        dev_split=FLAGS.dev,
+        train_steps=1_000_000,
+        max_minutes=FLAGS.minutes - 0.5,  # the last epoch's validation and checkpoint fit in the rest
+        checkpoint_every=FLAGS.checkpoint_every,
+        keep_checkpoints=max(int(n) for n in FLAGS.average),
+        tokens=FLAGS.tokens,
+        precision=FLAGS.precision,
+        vocab_size=FLAGS.vocab_size,
+        dev_bleu_sentences=100,
+        seed=FLAGS.seed,
+        verbose=2,
+        budget_start=start,
+    )
+    summary = train(config, options, model_dir)
+    wall = time.perf_counter() - start
+    epochs = summary["steps"] / summary["steps_per_epoch"]
+    tokens_per_second = summary["stats"]["target_tokens"] * epochs / summary["train_seconds"]
+
+    dev_src = _read(os.path.join(FLAGS.data, f"{FLAGS.dev}.{FLAGS.src}"))
+    dev_ref = _read(os.path.join(FLAGS.data, f"{FLAGS.dev}.{FLAGS.tgt}"))
+    available = len(tf.train.get_checkpoint_state(os.path.join(model_dir, "checkpoints")).all_model_checkpoint_paths)
+    dev_scores = {}
+    for last in sorted({min(int(n), available) for n in FLAGS.average}):
+        checkpoint = (
+            last_checkpoints(model_dir, 1)[0]
+            if last == 1
+            else average_checkpoints(model_dir, last=last, output=os.path.join(model_dir, f"averaged_{last}"))
+        )
+        nbests = translate_with_checkpoint(model_dir, dev_src, 64, None, None, 1, checkpoint=checkpoint)
+        hypotheses = [nbest[0][0] for nbest in nbests]
+        dev_scores[last] = (score(hypotheses, dev_ref), checkpoint)
+        print(f"dev ({FLAGS.dev}) with the last {last} checkpoint(s) averaged: {dev_scores[last][0]}", flush=True)
+    best = max(dev_scores, key=lambda n: dev_scores[n][0]["bleu"])
+    dev_result, checkpoint = dev_scores[best]
+
+    export_dir = os.path.join(model_dir, "export", "1")
+    export_run(model_dir, export_dir, checkpoint=checkpoint, overwrite=True)
+    test_src = _read(os.path.join(FLAGS.data, f"{FLAGS.test}.{FLAGS.src}"))
+    test_ref = _read(os.path.join(FLAGS.data, f"{FLAGS.test}.{FLAGS.tgt}"))
+    decode_start = time.perf_counter()
+    hypotheses = [text for text, _ in translate_lines(export_dir, test_src, batch_size=64)]
+    decode_seconds = time.perf_counter() - decode_start
+    with open(os.path.join(model_dir, f"{FLAGS.test}.hyp.{FLAGS.tgt}"), "w", encoding="utf-8") as handle:
+        handle.write("\n".join(hypotheses) + "\n")
+    test = score(hypotheses, test_ref)
+    key = FLAGS.key
+    result = {
+        "corpus": corpus,
+        "direction": f"{FLAGS.src}-{FLAGS.tgt}",
+        f"sacrebleu_{key}": test["bleu"],
+        f"lc_tok_bleu_{key}": test["lc_tok_bleu"],
+        f"chrf_{key}": test["chrf"],
+        "signature": test["signature"],
+        f"sacrebleu_{FLAGS.dev}": dev_result["bleu"],
+        f"chrf_{FLAGS.dev}": dev_result["chrf"],
+        "dev_bleu_by_averaged": {str(n): s["bleu"] for n, (s, _) in dev_scores.items()},
+        "averaged": best,
+        "test_decode_seconds": round(decode_seconds, 1),
+        "train_minutes": round(wall / 60, 2),
+        "steps": summary["steps"],
+        "epochs": round(epochs, 2),
+        "params": summary["params"],
+        "train_tokens_per_second": round(tokens_per_second),
+        "config": config.name,
+        "overrides": FLAGS.set,
+        "tokens_per_batch": FLAGS.tokens or config.tokens_per_batch,
+        "vocab_size": FLAGS.vocab_size or config.vocab_size,
+        "precision": FLAGS.precision,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "tensorflow": tf.__version__,
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    app.run(main)
