@@ -16,7 +16,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -25,6 +24,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 
+from benchmarks.common import StepTimer, matmul_peak  # noqa: E402
 from configs import get_config  # noqa: E402
 from tf_transformer import build_transformer  # noqa: E402
 from tf_transformer.flops import training_flops  # noqa: E402
@@ -39,30 +39,6 @@ flags.DEFINE_integer("src_len", 32, "Source tokens per sentence (incl. EOS).")
 flags.DEFINE_integer("tgt_len", 32, "Target tokens per sentence (incl. EOS).")
 flags.DEFINE_integer("vocab_size", 8000, "Vocabulary size (shared).")
 flags.DEFINE_integer("steps", 8, "Timed steps (after 2 warm-up steps).")
-
-
-def matmul_peak(dtype: str, n: int = 2048, repeats: int = 10) -> float:
-    a = tf.random.normal((n, n), dtype=tf.float32)
-    a = tf.cast(a, dtype)
-    matmul = tf.function(lambda x: tf.matmul(x, x))
-    matmul(a).numpy()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        matmul(a).numpy()
-        best = min(best, time.perf_counter() - start)
-    return 2 * n**3 / best
-
-
-class StepTimer(keras.callbacks.Callback):
-    def on_train_batch_begin(self, batch, logs=None):
-        self.start = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.times.append(time.perf_counter() - self.start)
-
-    def on_train_begin(self, logs=None):
-        self.times = []
 
 
 def measure(name: str, precision: str, xla: bool, peaks: dict) -> dict:

@@ -139,6 +139,25 @@ def test_uncached_search_and_forced_length():
     assert (forced[:, :, 8] == EOS_ID).all() and (forced[:, :, :8] != EOS_ID).all()
 
 
+def test_min_and_max_output_length():
+    model = build_transformer(get_config("tiny"))
+    source = RNG.integers(4, 256, (3, 6)).astype("int32")
+    source[:, -1] = EOS_ID
+    source[0, 3:] = [EOS_ID, 0, 0]
+    fixed, fixed_scores, steps = Translator(model, None, beam_size=2, min_length=7, max_length=7).search(source)
+    forced, forced_scores, _ = Translator(model, None, beam_size=2).search(source, force_length=7)
+    np.testing.assert_array_equal(np.asarray(fixed), np.asarray(forced))
+    np.testing.assert_allclose(np.asarray(fixed_scores), np.asarray(forced_scores), rtol=1e-6)
+    assert int(steps) == 7
+    at_least, _, _ = Translator(model, None, beam_size=2, extra_length=20, min_length=12).search(source)
+    lengths = (np.asarray(at_least)[:, 0] != 0).sum(axis=1)
+    assert (lengths >= 12).all() and (lengths <= 6 + 20).all()
+    capped, _, steps = Translator(model, None, beam_size=2, extra_length=20, max_length=4).search(source)
+    assert int(steps) <= 4 and np.asarray(capped).shape[-1] <= 4
+    with pytest.raises(ValueError, match="max_length"):
+        Translator(model, None, max_length=0)
+
+
 def test_decode_step_compiles_with_xla():
     """The cached step has fixed shapes, so it runs under jit_compile with the same results."""
     model = build_transformer(get_config("tiny"))

@@ -83,8 +83,13 @@ def export_run(
     alpha: float | None = None,
     extra_length: int | None = None,
     overwrite: bool = False,
+    min_length: int = 0,
+    max_length: int | None = None,
 ) -> str:
-    """Exports the run in ``model_dir`` (its averaged or newest checkpoint) to ``output``."""
+    """Exports the run in ``model_dir`` (its averaged or newest checkpoint) to ``output``.
+
+    The decoding settings (beam, α, length limits) are fixed in the exported graph.
+    """
     from tf_transformer.training.trainer import restore_model
 
     model, config = restore_model(model_dir, checkpoint or default_checkpoint(model_dir))
@@ -95,5 +100,7 @@ def export_run(
         beam_size=beam_size or config.beam_size,
         alpha=config.length_penalty if alpha is None else alpha,
         extra_length=config.extra_decode_length if extra_length is None else extra_length,
+        min_length=min_length,
+        max_length=max_length,
     )
     return export_translator(translator, vocabulary, output, overwrite=overwrite)

@@ -21,15 +21,32 @@ class Translator(tf.Module):
       beam_size: K (4 in the paper); 1 is greedy decoding.
       alpha: GNMT length penalty exponent (0.6 in the paper).
       extra_length: maximum output length = input length + this (50 in the paper).
+      min_length: no EOS before this many output tokens (EOS counted; 0: none).
+      max_length: an absolute cap on the output length besides input + extra_length
+        (EOS counted; raised to ``min_length`` where smaller). ``min_length ==
+        max_length`` fixes the length, which makes speed comparisons do equal work.
     """
 
-    def __init__(self, model, tokenizer: Tokenizer, beam_size: int = 4, alpha: float = 0.6, extra_length: int = 50):
+    def __init__(
+        self,
+        model,
+        tokenizer: Tokenizer,
+        beam_size: int = 4,
+        alpha: float = 0.6,
+        extra_length: int = 50,
+        min_length: int = 0,
+        max_length: int | None = None,
+    ):
         super().__init__(name="translator")
+        if max_length is not None and max_length < 1:
+            raise ValueError(f"max_length must be positive, got {max_length}")
         self.model = model
         self.tokenizer = tokenizer
         self.beam_size = beam_size
         self.alpha = alpha
         self.extra_length = extra_length
+        self.min_length = min_length
+        self.max_length = max_length
 
     def search(
         self,
@@ -42,8 +59,9 @@ class Translator(tf.Module):
         """Token ids ``int32[batch, src_len]`` (EOS-terminated, 0-padded) → n-best.
 
         ``use_cache=False`` re-runs the whole decoder over the prefix at every
-        step (for measuring what the cache saves); ``force_length`` forbids EOS
-        until that many tokens, so speed runs do a fixed amount of work.
+        step (for measuring what the cache saves); ``force_length`` sets both
+        the minimum and the maximum output length (EOS included) for this call,
+        so speed runs do a fixed amount of work.
 
         Returns ``(ids int32[batch, beam, out_len], scores float32[batch, beam], steps)``.
         """
@@ -53,23 +71,26 @@ class Translator(tf.Module):
         inputs = tf.convert_to_tensor(inputs, tf.int32)
         batch = tf.shape(inputs)[0]
         source_lengths = tf.reduce_sum(tf.cast(inputs != PAD_ID, tf.int32), axis=1)  # [batch]
+        min_length, cap = (force_length, force_length) if force_length else (self.min_length, self.max_length)
         max_lengths = source_lengths + self.extra_length  # [batch]: input length + 50
-        if force_length is not None:
-            max_lengths = tf.fill([batch], force_length)
+        if cap is not None:
+            max_lengths = tf.minimum(max_lengths, cap)
+        if min_length:
+            max_lengths = tf.maximum(max_lengths, min_length)
         max_length = tf.reduce_max(max_lengths)
         memory, memory_mask = model.encode(inputs, training=False)  # [batch, src_len, d_model]
         # Every beam of a sentence shares its encoder output: tile to [batch * beam, ...].
         memory = tf.repeat(memory, beam_size, axis=0)
         memory_mask = tf.repeat(memory_mask, beam_size, axis=0)
         no_eos = None
-        if force_length is not None:  # EOS only at the forced length (the search forces it there)
+        if min_length:  # EOS forbidden before the minimum length
             no_eos = tf.one_hot(EOS_ID, model.vocab_size, on_value=-1e9, off_value=0.0)  # [vocab]
 
         def finish(logits, step):
             log_probs = tf.nn.log_softmax(logits, axis=-1)  # [batch * beam, vocab]
             if no_eos is None:
                 return log_probs
-            return log_probs + no_eos * tf.cast(step + 1 < force_length, tf.float32)
+            return log_probs + no_eos * tf.cast(step + 1 < min_length, tf.float32)
 
         if use_cache:
             memory_key_values = model.decoder.memory_key_values(memory)  # once per sentence, not per step

@@ -18,6 +18,8 @@ flags.DEFINE_string("checkpoint", None, "Checkpoint prefix (default: MODEL_DIR/a
 flags.DEFINE_integer("beam_size", None, "Beam size (default: the config's, 4).", lower_bound=1)
 flags.DEFINE_float("alpha", None, "Length penalty α (default: the config's, 0.6).")
 flags.DEFINE_integer("extra_length", None, "Maximum output length = input length + this (default 50).")
+flags.DEFINE_integer("min_length", 0, "No EOS before this many output tokens, EOS counted (0: none).", lower_bound=0)
+flags.DEFINE_integer("max_length", None, "Cap on the output length besides input + extra_length.", lower_bound=1)
 flags.DEFINE_bool("overwrite", False, "Replace an existing export directory.")
 
 
@@ -34,6 +36,8 @@ def main(argv):
             beam_size=FLAGS.beam_size,
             alpha=FLAGS.alpha,
             extra_length=FLAGS.extra_length,
+            min_length=FLAGS.min_length,
+            max_length=FLAGS.max_length,
             overwrite=FLAGS.overwrite,
         )
     except (FileNotFoundError, FileExistsError) as error:

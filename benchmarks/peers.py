@@ -1,0 +1,436 @@
+"""Speed side by side with the toolkits users would pick instead (a benchmark, not a test).
+
+    pip install -e '.[bench]'     # keras-hub, transformers, torch (CPU), ctranslate2, tokenizers
+    python benchmarks/peers.py --size small --size base
+
+Same machine, same run, same threads (``--threads``), same model dimensions:
+
+- ours: the ``small``/``base`` preset, trained through Keras ``fit`` with the
+  paper's loss and optimizer; decoding through the exported SavedModel's
+  ``translate_ids`` signature (export with min = max output length).
+- keras-hub: the same architecture from ``keras_hub.layers`` (token-and-position
+  embeddings, ``TransformerEncoder``/``TransformerDecoder``, a softmax layer).
+- Hugging Face ``MarianMTModel`` (PyTorch, CPU), randomly initialised from a
+  ``MarianConfig`` with the same dimensions; ``generate`` for decoding.
+- CTranslate2: that Marian model converted with its transformers converter,
+  ``float32`` and ``int8``.
+
+Training: target tokens/s of optimizer steps on one identical batch
+(``--train_batch`` sentences × ``--src_len`` / ``--tgt_len`` tokens), float32 and
+each system's best CPU precision. Decoding: beam 4, batch 32, the first 512
+sentences of newstest2013 tokenized by a SentencePiece model trained on them
+(the same ids for all), every output forced to ``--output_tokens`` tokens so
+every system does the same work; target tokens/s. Weights are random: this
+measures speed only. Ratios are ours ÷ peer (best precision against best
+precision unless the key names one). The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
+
+import pipelines  # noqa: E402
+from benchmarks.common import StepTimer, matmul_peak  # noqa: E402
+from configs import get_config  # noqa: E402
+from tf_transformer import build_transformer  # noqa: E402
+from tf_transformer.flops import training_flops  # noqa: E402
+from tf_transformer.training.trainer import compile_model  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_multi_string("size", ["small", "base"], "Presets whose dimensions every system uses.")
+flags.DEFINE_list("systems", ["ours", "keras_hub", "hf", "ct2"], "Systems to measure.")
+flags.DEFINE_string("data", "../shared/data/newstest/newstest2013.en", "Source sentences for decoding.")
+flags.DEFINE_integer("sentences", 512, "Sentences decoded.")
+flags.DEFINE_integer("batch", 32, "Sentences per decoding batch.")
+flags.DEFINE_integer("beam", 4, "Beam size.")
+flags.DEFINE_integer("output_tokens", 40, "Forced output length (decoder steps) for every system.")
+flags.DEFINE_integer("vocab_size", 8000, "Shared vocabulary size.")
+flags.DEFINE_integer("train_batch", 64, "Training sentences per batch.")
+flags.DEFINE_integer("src_len", 32, "Training source tokens per sentence.")
+flags.DEFINE_integer("tgt_len", 32, "Training target tokens per sentence.")
+flags.DEFINE_integer("steps", 8, "Timed training steps (after 2 warm-up steps; the median is reported).")
+flags.DEFINE_integer("threads", 2, "Threads for every system.")
+
+PAD, EOS = pipelines.PAD_ID, pipelines.EOS_ID
+
+
+def _median_tokens_per_second(times: list[float]) -> float:
+    return FLAGS.train_batch * FLAGS.tgt_len / statistics.median(times)
+
+
+def _training_batch():
+    rng = np.random.default_rng(0)
+    src = rng.integers(4, FLAGS.vocab_size, (FLAGS.train_batch, FLAGS.src_len)).astype("int32")
+    tgt = rng.integers(4, FLAGS.vocab_size, (FLAGS.train_batch, FLAGS.tgt_len)).astype("int32")
+    return src, tgt
+
+
+def _keras_fit_speed(model, src, tgt) -> float:
+    data = tf.data.Dataset.from_tensors(({"inputs": src, "targets": tgt}, tgt)).repeat()
+    timer = StepTimer()
+    model.fit(data, steps_per_epoch=FLAGS.steps + 2, epochs=1, verbose=0, callbacks=[timer])
+    return _median_tokens_per_second(timer.times[2:])
+
+
+# --- ours ------------------------------------------------------------------------------------------
+
+
+def ours_train(size: str, precision: str, peaks: dict) -> dict:
+    keras.config.set_dtype_policy(precision)
+    try:
+        config = get_config(size, vocab_size=FLAGS.vocab_size)
+        model = compile_model(build_transformer(config), config)
+        speed = _keras_fit_speed(model, *_training_batch())
+    finally:
+        keras.config.set_dtype_policy("float32")
+    flops = training_flops(config, FLAGS.train_batch, FLAGS.src_len, FLAGS.tgt_len)
+    achieved = flops * speed / (FLAGS.train_batch * FLAGS.tgt_len)
+    peak = peaks["bfloat16" if "bfloat16" in precision else "float32"]
+    return {"tokens_per_second": round(speed), "mfu": round(achieved / peak, 4), "params": int(model.count_params())}
+
+
+def ours_decode(size: str, precision: str, batches: list[np.ndarray], tokenizer_path: str, work: str) -> float:
+    """Through the exported SavedModel (fixed output length), as a server would run it."""
+    import tensorflow_text  # noqa: F401
+
+    from tf_transformer.export import export_translator
+    from tf_transformer.translator import Translator
+
+    config = get_config(size, vocab_size=FLAGS.vocab_size)
+    model = build_transformer(config, dtype=precision)
+    translator = Translator(
+        model,
+        pipelines.Tokenizer(tokenizer_path),
+        beam_size=FLAGS.beam,
+        min_length=FLAGS.output_tokens,
+        max_length=FLAGS.output_tokens,
+    )
+    path = export_translator(translator, tokenizer_path, os.path.join(work, f"ours_{size}_{precision}", "1"))
+    translate = tf.saved_model.load(path).signatures["translate_ids"]
+    outputs = translate(inputs=tf.constant(batches[0]))["ids"].numpy()  # trace and warm up
+    assert outputs.shape[1] == FLAGS.output_tokens, outputs.shape
+    start = time.perf_counter()
+    for batch in batches:
+        translate(inputs=tf.constant(batch))["ids"].numpy()
+    return _decode_speed(batches, time.perf_counter() - start)
+
+
+def _decode_speed(batches, seconds: float) -> float:
+    return sum(len(b) for b in batches) * FLAGS.output_tokens / seconds
+
+
+# --- keras-hub -------------------------------------------------------------------------------------
+
+
+def keras_hub_train(size: str, precision: str) -> dict:
+    import keras_hub
+
+    config = get_config(size, vocab_size=FLAGS.vocab_size)
+    keras.config.set_dtype_policy(precision)
+    try:
+        inputs = keras.Input((None,), dtype="int32", name="inputs")
+        targets = keras.Input((None,), dtype="int32", name="targets")
+
+        def embed(ids):
+            return keras_hub.layers.TokenAndPositionEmbedding(
+                FLAGS.vocab_size, config.max_length, config.d_model, mask_zero=True
+            )(ids)
+
+        memory = embed(inputs)
+        for _ in range(config.num_layers):
+            memory = keras_hub.layers.TransformerEncoder(config.d_ff, config.num_heads, dropout=config.dropout)(memory)
+        hidden = embed(targets)
+        for _ in range(config.num_layers):
+            hidden = keras_hub.layers.TransformerDecoder(config.d_ff, config.num_heads, dropout=config.dropout)(
+                hidden, memory
+            )
+        logits = keras.layers.Dense(FLAGS.vocab_size, dtype="float32")(hidden)
+        model = keras.Model({"inputs": inputs, "targets": targets}, logits)
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+        speed = _keras_fit_speed(model, *_training_batch())
+    finally:
+        keras.config.set_dtype_policy("float32")
+    return {"tokens_per_second": round(speed), "params": int(model.count_params())}
+
+
+# --- Hugging Face transformers (PyTorch) -----------------------------------------------------------
+# Marian (and CTranslate2's Marian converter) keep <pad> as the last vocabulary id, while ours is 0:
+# ids 0 and V-1 trade places on the way in, which changes no amount of work.
+
+
+def marian_ids(ids: np.ndarray) -> np.ndarray:
+    last = FLAGS.vocab_size - 1
+    return np.where(ids == PAD, last, np.where(ids == last, PAD, ids))
+
+
+def marian(size: str):
+    import torch
+    from transformers import MarianConfig, MarianMTModel
+
+    config = get_config(size, vocab_size=FLAGS.vocab_size)
+    torch.manual_seed(0)
+    marian_config = MarianConfig(
+        vocab_size=FLAGS.vocab_size,
+        d_model=config.d_model,
+        encoder_layers=config.num_layers,
+        decoder_layers=config.num_layers,
+        encoder_attention_heads=config.num_heads,
+        decoder_attention_heads=config.num_heads,
+        encoder_ffn_dim=config.d_ff,
+        decoder_ffn_dim=config.d_ff,
+        max_position_embeddings=config.max_length,
+        activation_function="relu",
+        dropout=config.dropout,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        pad_token_id=FLAGS.vocab_size - 1,
+        eos_token_id=EOS,
+        bos_token_id=pipelines.BOS_ID,
+        decoder_start_token_id=FLAGS.vocab_size - 1,
+        forced_eos_token_id=None,
+    )
+    return MarianMTModel(marian_config)
+
+
+def hf_train(size: str, bf16: bool) -> dict:
+    import torch
+
+    model = marian(size)
+    model.train()
+    src, tgt = (torch.from_numpy(x.astype("int64")) for x in _training_batch())
+    decoder_inputs = torch.cat([torch.full_like(tgt[:, :1], FLAGS.vocab_size - 1), tgt[:, :-1]], dim=1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    times = []
+    for _ in range(FLAGS.steps + 2):
+        start = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(
+                input_ids=src, attention_mask=torch.ones_like(src), decoder_input_ids=decoder_inputs, labels=tgt
+            ).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - start)
+    return {"tokens_per_second": round(_median_tokens_per_second(times[2:])), "params": model.num_parameters()}
+
+
+def hf_decode(model, batches: list[np.ndarray]) -> float:
+    import torch
+
+    model.eval()
+
+    def run(batch):
+        ids = torch.from_numpy(marian_ids(batch).astype("int64"))
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=(ids != FLAGS.vocab_size - 1).long(),
+                num_beams=FLAGS.beam,
+                do_sample=False,
+                min_new_tokens=FLAGS.output_tokens,
+                max_new_tokens=FLAGS.output_tokens,
+            )
+        assert out.shape[1] == FLAGS.output_tokens + 1, out.shape  # the start token + the forced length
+        return out
+
+    run(batches[0])
+    start = time.perf_counter()
+    for batch in batches:
+        run(batch)
+    return _decode_speed(batches, time.perf_counter() - start)
+
+
+# --- CTranslate2 -------------------------------------------------------------------------------------
+
+
+def ct2_models(model, work: str) -> str:
+    """Saves the Marian model with an offline word-level tokenizer and converts it for CTranslate2."""
+    import ctranslate2
+    import tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    names = ["t0", "<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(4, FLAGS.vocab_size - 1)] + ["<pad>"]
+    word_level = tokenizers.Tokenizer(tokenizers.models.WordLevel({n: i for i, n in enumerate(names)}, "<unk>"))
+    word_level.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=word_level, pad_token="<pad>", unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+    hf_dir, ct2_dir = os.path.join(work, "marian"), os.path.join(work, "ct2")
+    model.save_pretrained(hf_dir)
+    tokenizer.save_pretrained(hf_dir)
+    ctranslate2.converters.TransformersConverter(hf_dir).convert(ct2_dir, force=True)
+    return ct2_dir, names
+
+
+def ct2_decode(ct2_dir: str, names: list[str], compute_type: str, batches: list[np.ndarray]) -> float:
+    import ctranslate2
+
+    translator = ctranslate2.Translator(
+        ct2_dir, device="cpu", compute_type=compute_type, intra_threads=FLAGS.threads, inter_threads=1
+    )
+    last = FLAGS.vocab_size - 1
+    token_batches = [[[names[i] for i in marian_ids(row) if i != last] for row in batch] for batch in batches]
+
+    def run(tokens):
+        results = translator.translate_batch(
+            tokens,
+            beam_size=FLAGS.beam,
+            max_batch_size=FLAGS.batch,
+            min_decoding_length=FLAGS.output_tokens,
+            max_decoding_length=FLAGS.output_tokens,
+        )
+        lengths = {len(r.hypotheses[0]) for r in results}
+        assert lengths == {FLAGS.output_tokens}, lengths
+        return results
+
+    run(token_batches[0])
+    start = time.perf_counter()
+    for tokens in token_batches:
+        run(tokens)
+    return _decode_speed(batches, time.perf_counter() - start)
+
+
+# --- driver ------------------------------------------------------------------------------------------
+
+
+def decoding_batches(work: str) -> tuple[list[np.ndarray], str]:
+    with open(FLAGS.data, encoding="utf-8") as handle:
+        lines = [line.strip() for line in handle][: FLAGS.sentences]
+    path = pipelines.train_sentencepiece(
+        ((line, line) for line in lines), os.path.join(work, "sp.model"), vocab_size=FLAGS.vocab_size
+    )
+    tokenizer = pipelines.Tokenizer(path)
+    batches = []
+    for start in range(0, len(lines), FLAGS.batch):
+        ids = tokenizer.tokenize(tf.constant(lines[start : start + FLAGS.batch]))
+        ids = tf.concat([ids, tf.fill([ids.nrows(), 1], EOS)], axis=1)
+        batches.append(ids.to_tensor(default_value=PAD).numpy().astype("int32"))
+    return batches, path
+
+
+def _ratio(ours: float | None, peer: float | None) -> float | None:
+    return round(ours / peer, 3) if ours and peer else None
+
+
+def measure_size(size: str, batches, tokenizer_path: str, work: str, peaks: dict) -> dict:
+    systems = set(FLAGS.systems)
+    train, decode = {}, {}
+    log = lambda what, value: print(f"[{size}] {what}: {value}", flush=True)  # noqa: E731
+    if "ours" in systems:
+        for precision in ("float32", "mixed_bfloat16"):
+            train[f"ours_{precision}"] = ours_train(size, precision, peaks)
+            log(f"train ours {precision}", train[f"ours_{precision}"])
+            decode[f"ours_{precision}"] = round(ours_decode(size, precision, batches, tokenizer_path, work), 1)
+            log(f"decode ours {precision}", decode[f"ours_{precision}"])
+    if "keras_hub" in systems:
+        for precision in ("float32", "mixed_bfloat16"):
+            train[f"keras_hub_{precision}"] = keras_hub_train(size, precision)
+            log(f"train keras-hub {precision}", train[f"keras_hub_{precision}"])
+    if systems & {"hf", "ct2"}:
+        import torch
+
+        torch.set_num_threads(FLAGS.threads)
+    if "hf" in systems:
+        for bf16 in (False, True):
+            name = f"hf_{'bfloat16' if bf16 else 'float32'}"
+            train[name] = hf_train(size, bf16)
+            log(f"train {name}", train[name])
+        model = marian(size)
+        decode["hf_float32"] = round(hf_decode(model, batches), 1)
+        log("decode hf float32", decode["hf_float32"])
+        decode["hf_bfloat16"] = round(hf_decode(model.to(torch.bfloat16), batches), 1)
+        log("decode hf bfloat16", decode["hf_bfloat16"])
+    if "ct2" in systems:
+        ct2_dir, names = ct2_models(marian(size), os.path.join(work, f"ct2_{size}"))
+        for compute_type in ("float32", "int8"):
+            decode[f"ct2_{compute_type}"] = round(ct2_decode(ct2_dir, names, compute_type, batches), 1)
+            log(f"decode ct2 {compute_type}", decode[f"ct2_{compute_type}"])
+
+    def best(table, prefix, key=None):
+        values = [(v[key] if key else v) for k, v in table.items() if k.startswith(prefix)]
+        return max(values) if values else None
+
+    ours_train_best = best(train, "ours", "tokens_per_second")
+    ours_decode_best = best(decode, "ours")
+    best_train_key = max((k for k in train if k.startswith("ours")), key=lambda k: train[k]["tokens_per_second"])
+    return {
+        "train_tokens_per_second": {k: v["tokens_per_second"] for k, v in train.items()},
+        "decode_tokens_per_second": decode,
+        "params": {k: v["params"] for k, v in train.items()},
+        "train_ratio_vs_keras_hub": _ratio(ours_train_best, best(train, "keras_hub", "tokens_per_second")),
+        "train_ratio_vs_hf": _ratio(ours_train_best, best(train, "hf", "tokens_per_second")),
+        "train_ratio_vs_hf_float32": _ratio(
+            train.get("ours_float32", {}).get("tokens_per_second"), train.get("hf_float32", {}).get("tokens_per_second")
+        ),
+        "decode_ratio_vs_hf": _ratio(ours_decode_best, best(decode, "hf")),
+        "decode_ratio_vs_hf_float32": _ratio(decode.get("ours_float32"), decode.get("hf_float32")),
+        "decode_ratio_vs_ct2_fp32": _ratio(ours_decode_best, decode.get("ct2_float32")),
+        "decode_ratio_vs_ct2_int8": _ratio(ours_decode_best, decode.get("ct2_int8")),
+        "train_mfu": train[best_train_key]["mfu"],
+        "train_mfu_precision": best_train_key.removeprefix("ours_"),
+    }
+
+
+def main(argv):
+    del argv
+    if not os.path.exists(FLAGS.data):
+        raise app.UsageError(f"--data {FLAGS.data}: not found (real corpora live in ../shared/data)")
+    logging.set_verbosity(logging.WARNING)
+    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
+    peaks = {"float32": matmul_peak("float32"), "bfloat16": matmul_peak("bfloat16")}
+    results = {}
+    with tempfile.TemporaryDirectory() as work:
+        batches, tokenizer_path = decoding_batches(work)
+        for size in FLAGS.size:
+            results[size] = measure_size(size, batches, tokenizer_path, work, peaks)
+            print(json.dumps({size: results[size]}), flush=True)
+    headline = results.get("base") or results[FLAGS.size[-1]]
+    keys = [
+        "train_ratio_vs_keras_hub",
+        "train_ratio_vs_hf",
+        "decode_ratio_vs_hf",
+        "decode_ratio_vs_ct2_fp32",
+        "decode_ratio_vs_ct2_int8",
+        "train_mfu",
+    ]
+    print(
+        json.dumps(
+            {
+                "benchmark": "peers",
+                **{key: headline[key] for key in keys},
+                "headline_size": "base" if "base" in results else FLAGS.size[-1],
+                "results": results,
+                "peak_matmul_flops": {k: round(v) for k, v in peaks.items()},
+                "decode": {"beam": FLAGS.beam, "batch": FLAGS.batch, "sentences": FLAGS.sentences},
+                "output_tokens": FLAGS.output_tokens,
+                "train_batch": [FLAGS.train_batch, FLAGS.src_len, FLAGS.tgt_len],
+                "threads": FLAGS.threads,
+                "machine": f"{platform.machine()} {os.cpu_count()} cores",
+                "tensorflow": tf.__version__,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)
