@@ -1,8 +1,8 @@
 """Greedy decoding (section 6.1's maximum output length: input length + 50).
 
-A compact graph-mode decoder used for validation BLEU and sample translations
-during training. It re-runs the decoder over a fixed-size buffer at every step;
-the cached beam search used for serving lives with the inference code.
+A compact graph-mode decoder that re-runs the decoder over a fixed-size buffer
+at every step: the plain reference that the cached beam search (beam 1) is
+tested against. Training's dev BLEU and serving use the cached search.
 """
 
 from __future__ import annotations
