@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from tf_transformer.layers.attention import MultiHeadAttention
-from tf_transformer.layers.encoder import ResidualSublayer, _layer_kwargs, make_position_layer
+from tf_transformer.layers.encoder import LayerStack, ResidualSublayer, _layer_kwargs
 from tf_transformer.layers.feed_forward import PositionwiseFeedForward
 
 
@@ -141,7 +141,7 @@ class DecoderLayer(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class Decoder(keras.layers.Layer):
+class Decoder(LayerStack):
     """The decoder stack: positions, dropout, then N decoder layers (section 3.1).
 
     Takes the scaled target embeddings (shifted right: BOS first) and returns
@@ -159,51 +159,8 @@ class Decoder(keras.layers.Layer):
       ``[batch, tgt_len, d_model]``.
     """
 
-    def __init__(
-        self,
-        num_layers: int,
-        num_heads: int,
-        key_dim: int,
-        value_dim: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        relu_dropout: float = 0.0,
-        pre_norm: bool = False,
-        layer_norm_epsilon: float = 1e-6,
-        attention_bias: bool = False,
-        position: str = "sinusoidal",
-        max_length: int = 1024,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.key_dim = key_dim
-        self.value_dim = value_dim
-        self.d_ff = d_ff
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.relu_dropout = relu_dropout
-        self.pre_norm = pre_norm
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.attention_bias = attention_bias
-        self.position = position
-        self.max_length = max_length
-        self.position_layer = make_position_layer(position, max_length, self.dtype_policy)
-        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="embedding_dropout")
-        self.decoder_layers = [
-            DecoderLayer(**_layer_kwargs(self), dtype=self.dtype_policy, name=f"layer_{i}") for i in range(num_layers)
-        ]
-        self.final_norm = (
-            keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm")
-            if pre_norm
-            else None
-        )
-        # Also one attribute per layer: TensorFlow checkpoints (tf.train.Checkpoint)
-        # do not see into Keras' tracked lists, and training checkpoints use them.
-        for index, layer in enumerate(self.decoder_layers):
-            setattr(self, f"layer_{index}", layer)
+    layer_class = DecoderLayer
+    layers_attribute = "decoder_layers"
 
     def build(self, embedded_shape, memory_shape):
         self.position_layer.build(embedded_shape)
@@ -219,9 +176,7 @@ class Decoder(keras.layers.Layer):
             x = layer(
                 x, memory, self_attention_mask=self_attention_mask, memory_mask=memory_mask, training=training
             )  # [batch, tgt_len, d_model]
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        return x
+        return self._finish(x)
 
     def compute_output_shape(self, embedded_shape, memory_shape):
         return embedded_shape
@@ -247,16 +202,4 @@ class Decoder(keras.layers.Layer):
         for layer, cache, key_value in zip(self.decoder_layers, caches, memory_key_values, strict=True):
             x, cache = layer.decode_step(x, cache, key_value, memory_mask, step)
             new_caches.append(cache)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        return x, new_caches
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            _layer_kwargs(self),
-            num_layers=self.num_layers,
-            position=self.position,
-            max_length=self.max_length,
-        )
-        return config
+        return self._finish(x), new_caches

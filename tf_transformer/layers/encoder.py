@@ -154,26 +154,17 @@ def make_position_layer(position: str, max_length: int, dtype, name: str = "posi
     raise ValueError(f"position must be 'sinusoidal' or 'learned', got {position!r}")
 
 
-@keras.saving.register_keras_serializable(package="tf_transformer")
-class Encoder(keras.layers.Layer):
-    """The encoder stack: positions, dropout, then N encoder layers (section 3.1).
+class LayerStack(keras.layers.Layer):
+    """What the encoder and decoder stacks share (section 3.1): positions added to
+    the scaled embeddings, dropout on their sum (5.4), N identical layers, and with
+    ``pre_norm`` a final LayerNormalization.
 
-    Takes the already scaled token embeddings (the embedding matrix is shared
-    with the decoder, so the model owns it). With ``pre_norm`` a final
-    LayerNormalization closes the stack, as every pre-LN implementation does.
-
-    Args:
-      num_layers: N.
-      position: ``"sinusoidal"`` or ``"learned"``; max_length bounds the latter.
-      (other args as :class:`EncoderLayer`)
-
-    Call args:
-      embedded: ``[batch, src_len, d_model]`` scaled token embeddings.
-      padding_mask: ``[batch, 1, 1, src_len]`` boolean.
-
-    Returns:
-      ``[batch, src_len, d_model]`` encoder output (the decoder's memory).
+    Subclasses name the layer class (``layer_class``) and the attribute holding the
+    list of layers (``layers_attribute``).
     """
+
+    layer_class: type[keras.layers.Layer]
+    layers_attribute: str
 
     def __init__(
         self,
@@ -208,9 +199,11 @@ class Encoder(keras.layers.Layer):
         self.max_length = max_length
         self.position_layer = make_position_layer(position, max_length, self.dtype_policy)
         self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="embedding_dropout")
-        self.encoder_layers = [
-            EncoderLayer(**_layer_kwargs(self), dtype=self.dtype_policy, name=f"layer_{i}") for i in range(num_layers)
+        layers = [
+            self.layer_class(**_layer_kwargs(self), dtype=self.dtype_policy, name=f"layer_{i}")
+            for i in range(num_layers)
         ]
+        setattr(self, self.layers_attribute, layers)
         self.final_norm = (
             keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm")
             if pre_norm
@@ -218,8 +211,46 @@ class Encoder(keras.layers.Layer):
         )
         # Also one attribute per layer: TensorFlow checkpoints (tf.train.Checkpoint)
         # do not see into Keras' tracked lists, and training checkpoints use them.
-        for index, layer in enumerate(self.encoder_layers):
+        for index, layer in enumerate(layers):
             setattr(self, f"layer_{index}", layer)
+
+    def _finish(self, x):
+        return x if self.final_norm is None else self.final_norm(x)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            _layer_kwargs(self),
+            num_layers=self.num_layers,
+            position=self.position,
+            max_length=self.max_length,
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class Encoder(LayerStack):
+    """The encoder stack: positions, dropout, then N encoder layers (section 3.1).
+
+    Takes the already scaled token embeddings (the embedding matrix is shared
+    with the decoder, so the model owns it). With ``pre_norm`` a final
+    LayerNormalization closes the stack, as every pre-LN implementation does.
+
+    Args:
+      num_layers: N.
+      position: ``"sinusoidal"`` or ``"learned"``; max_length bounds the latter.
+      (other args as :class:`EncoderLayer`)
+
+    Call args:
+      embedded: ``[batch, src_len, d_model]`` scaled token embeddings.
+      padding_mask: ``[batch, 1, 1, src_len]`` boolean.
+
+    Returns:
+      ``[batch, src_len, d_model]`` encoder output (the decoder's memory).
+    """
+
+    layer_class = EncoderLayer
+    layers_attribute = "encoder_layers"
 
     def build(self, embedded_shape):
         self.position_layer.build(embedded_shape)
@@ -233,19 +264,7 @@ class Encoder(keras.layers.Layer):
         x = self.embedding_dropout(x, training=training)
         for layer in self.encoder_layers:
             x = layer(x, attention_mask=padding_mask, training=training)  # [batch, src_len, d_model]
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        return x
+        return self._finish(x)
 
     def compute_output_shape(self, embedded_shape):
         return embedded_shape
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            _layer_kwargs(self),
-            num_layers=self.num_layers,
-            position=self.position,
-            max_length=self.max_length,
-        )
-        return config
