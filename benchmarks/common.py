@@ -5,7 +5,10 @@ from __future__ import annotations
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
+
+import pipelines
 
 
 def matmul_peak(dtype: str, n: int = 2048, repeats: int = 10) -> float:
@@ -32,3 +35,25 @@ class StepTimer(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self.times.append(time.perf_counter() - self.start)
+
+
+def source_batches(tokenizer, lines: list[str], batch: int) -> list[np.ndarray]:
+    """``lines`` in file order as ``int32[batch, len]`` ids, each ending in EOS, 0-padded."""
+    batches = []
+    for start in range(0, len(lines), batch):
+        ids = tokenizer.tokenize(tf.constant(lines[start : start + batch]))
+        ids = tf.concat([ids, tf.fill([ids.nrows(), 1], pipelines.EOS_ID)], axis=1)
+        batches.append(ids.to_tensor(default_value=pipelines.PAD_ID).numpy().astype("int32"))
+    return batches
+
+
+def timed(run, batches) -> float:
+    """Seconds ``run`` takes over all ``batches`` after one warm-up call (tracing) on the first.
+
+    ``run`` must return only once its result is computed (e.g. call ``.numpy()``).
+    """
+    run(batches[0])
+    start = time.perf_counter()
+    for batch in batches:
+        run(batch)
+    return time.perf_counter() - start

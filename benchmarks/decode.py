@@ -16,7 +16,6 @@ import os
 import platform
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -25,6 +24,7 @@ import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 import pipelines  # noqa: E402
+from benchmarks.common import source_batches, timed  # noqa: E402
 from configs import get_config  # noqa: E402
 from tf_transformer import build_transformer  # noqa: E402
 from tf_transformer.translator import Translator  # noqa: E402
@@ -40,22 +40,6 @@ flags.DEFINE_integer("output_tokens", 40, "Forced output length (EOS included)."
 flags.DEFINE_integer("vocab_size", 8000, "SentencePiece vocabulary size.")
 
 
-def batches(tokenizer, lines):
-    for start in range(0, len(lines), FLAGS.batch):
-        chunk = lines[start : start + FLAGS.batch]
-        ids = tokenizer.tokenize(tf.constant(chunk))
-        ids = tf.concat([ids, tf.fill([ids.nrows(), 1], pipelines.EOS_ID)], axis=1)
-        yield ids.to_tensor()
-
-
-def timed(search, inputs):
-    search(inputs[0]).numpy()  # trace and warm up
-    start = time.perf_counter()
-    for batch in inputs:
-        search(batch).numpy()
-    return time.perf_counter() - start
-
-
 def main(argv):
     del argv
     if not os.path.exists(FLAGS.data):
@@ -67,7 +51,7 @@ def main(argv):
             ((line, line) for line in lines), os.path.join(work, "sp.model"), vocab_size=FLAGS.vocab_size
         )
         tokenizer = pipelines.Tokenizer(model_path)
-    inputs = list(batches(tokenizer, lines))
+    inputs = source_batches(tokenizer, lines, FLAGS.batch)
     few = inputs[: max(1, FLAGS.uncached_sentences // FLAGS.batch)]
     results = []
     for name in FLAGS.config:
@@ -81,8 +65,8 @@ def main(argv):
             lambda x, t=translator: t.search(x, use_cache=False, force_length=FLAGS.output_tokens)[0],
             reduce_retracing=True,
         )
-        seconds = timed(cached, inputs)
-        seconds_uncached = timed(uncached, few)
+        seconds = timed(lambda x, f=cached: f(x).numpy(), inputs)
+        seconds_uncached = timed(lambda x, f=uncached: f(x).numpy(), few)
         sentences = sum(int(b.shape[0]) for b in inputs)
         few_sentences = sum(int(b.shape[0]) for b in few)
         result = {

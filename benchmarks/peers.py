@@ -43,7 +43,7 @@ import tensorflow as tf  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
 import pipelines  # noqa: E402
-from benchmarks.common import StepTimer, matmul_peak  # noqa: E402
+from benchmarks.common import StepTimer, matmul_peak, source_batches, timed  # noqa: E402
 from configs import get_config  # noqa: E402
 from tf_transformer import build_transformer  # noqa: E402
 from tf_transformer.flops import training_flops  # noqa: E402
@@ -120,12 +120,9 @@ def ours_decode(size: str, precision: str, batches: list[np.ndarray], tokenizer_
     )
     path = export_translator(translator, tokenizer_path, os.path.join(work, f"ours_{size}_{precision}", "1"))
     translate = tf.saved_model.load(path).signatures["translate_ids"]
-    outputs = translate(inputs=tf.constant(batches[0]))["ids"].numpy()  # trace and warm up
+    outputs = translate(inputs=tf.constant(batches[0]))["ids"].numpy()
     assert outputs.shape[1] == FLAGS.output_tokens, outputs.shape
-    start = time.perf_counter()
-    for batch in batches:
-        translate(inputs=tf.constant(batch))["ids"].numpy()
-    return _decode_speed(batches, time.perf_counter() - start)
+    return _decode_speed(batches, timed(lambda batch: translate(inputs=tf.constant(batch))["ids"].numpy(), batches))
 
 
 def _decode_speed(batches, seconds: float) -> float:
@@ -252,11 +249,7 @@ def hf_decode(model, batches: list[np.ndarray]) -> float:
         assert out.shape[1] == FLAGS.output_tokens + 1, out.shape  # the start token + the forced length
         return out
 
-    run(batches[0])
-    start = time.perf_counter()
-    for batch in batches:
-        run(batch)
-    return _decode_speed(batches, time.perf_counter() - start)
+    return _decode_speed(batches, timed(run, batches))
 
 
 # --- CTranslate2 -------------------------------------------------------------------------------------
@@ -302,11 +295,7 @@ def ct2_decode(ct2_dir: str, names: list[str], compute_type: str, batches: list[
         assert lengths == {FLAGS.output_tokens}, lengths
         return results
 
-    run(token_batches[0])
-    start = time.perf_counter()
-    for tokens in token_batches:
-        run(tokens)
-    return _decode_speed(batches, time.perf_counter() - start)
+    return _decode_speed(batches, timed(run, token_batches))
 
 
 # --- driver ------------------------------------------------------------------------------------------
@@ -318,13 +307,7 @@ def decoding_batches(work: str) -> tuple[list[np.ndarray], str]:
     path = pipelines.train_sentencepiece(
         ((line, line) for line in lines), os.path.join(work, "sp.model"), vocab_size=FLAGS.vocab_size
     )
-    tokenizer = pipelines.Tokenizer(path)
-    batches = []
-    for start in range(0, len(lines), FLAGS.batch):
-        ids = tokenizer.tokenize(tf.constant(lines[start : start + FLAGS.batch]))
-        ids = tf.concat([ids, tf.fill([ids.nrows(), 1], EOS)], axis=1)
-        batches.append(ids.to_tensor(default_value=PAD).numpy().astype("int32"))
-    return batches, path
+    return source_batches(pipelines.Tokenizer(path), lines, FLAGS.batch), path
 
 
 def _ratio(ours: float | None, peer: float | None) -> float | None:
