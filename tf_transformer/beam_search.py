@@ -51,6 +51,7 @@ def beam_search(
     beam_size: int = 4,
     alpha: float = 0.6,
     vocab_size=None,
+    reorder_cache=None,
 ):
     """Finds the ``beam_size`` best continuations of BOS for each batch row.
 
@@ -62,6 +63,10 @@ def beam_search(
       max_lengths: ``int32[batch]``: most tokens (EOS included) each row may produce.
       beam_size: K (1 gives greedy decoding).
       alpha: length penalty exponent; 0 disables it.
+      reorder_cache: ``(cache, beams int32[batch, K]) → cache`` where beam ``k``
+        of row ``b`` continues beam ``beams[b, k]``; by default every cache
+        tensor is gathered along its ``[batch*beam]`` axis. A model whose cache
+        can move less (the Transformer decoder moves only an index) passes its own.
 
     Returns:
       ``(ids int32[batch, beam, length], scores float32[batch, beam], steps)``:
@@ -70,6 +75,11 @@ def beam_search(
       of decoding steps run (fewer than the maximum when every row stopped early).
     """
     batch, k = batch_size, beam_size
+    if reorder_cache is None:
+
+        def reorder_cache(cache, beams):
+            return _gather_beams(cache, beams, batch, k)
+
     max_length = tf.reduce_max(max_lengths)
     # State. Sequences hold BOS at position 0 and the token chosen at step i at i + 1.
     live_ids = tf.concat(
@@ -119,7 +129,7 @@ def beam_search(
         live_log_probs, live_pick = tf.math.top_k(live_candidates, k=k)  # [batch, K]
         live_ids = tf.gather(top_ids, live_pick, batch_dims=1)  # [batch, K, max_length + 1]
         source_beam = tf.gather(top_beam, live_pick, batch_dims=1)  # [batch, K]
-        cache = _gather_beams(cache, source_beam, batch, k)
+        cache = reorder_cache(cache, source_beam)
 
         # Finished: merge those that just ended (scored with the length penalty) into the K best.
         new_scores = top_log_probs / length_penalty(step + 1, alpha)  # [batch, 2K]

@@ -79,9 +79,6 @@ class Translator(tf.Module):
             max_lengths = tf.maximum(max_lengths, min_length)
         max_length = tf.reduce_max(max_lengths)
         memory, memory_mask = model.encode(inputs, training=False)  # [batch, src_len, d_model]
-        # Every beam of a sentence shares its encoder output: tile to [batch * beam, ...].
-        memory = tf.repeat(memory, beam_size, axis=0)
-        memory_mask = tf.repeat(memory_mask, beam_size, axis=0)
         no_eos = None
         if min_length:  # EOS forbidden before the minimum length
             no_eos = tf.one_hot(EOS_ID, model.vocab_size, on_value=-1e9, off_value=0.0)  # [vocab]
@@ -93,22 +90,30 @@ class Translator(tf.Module):
             return log_probs + no_eos * tf.cast(step + 1 < min_length, tf.float32)
 
         if use_cache:
-            memory_key_values = model.decoder.memory_key_values(memory)  # once per sentence, not per step
-            caches = model.decoder.empty_cache(batch * beam_size, max_length, memory.dtype)
+            # Encoder-decoder keys and values once per sentence, shared by its beams.
+            memory_key_values = model.decoder.memory_key_values(memory)
+            cache = model.decoder.empty_cache(batch, max_length, memory.dtype, beam_size=beam_size)
+            reorder_cache = model.decoder.reorder_cache
 
-            def step_fn(ids, caches, step):
-                logits, caches = model.decode_step(ids, caches, memory_key_values, memory_mask, step)
-                return finish(logits, step), caches
+            def step_fn(ids, cache, step):
+                logits, cache = model.decode_step(ids, cache, memory_key_values, memory_mask, step)
+                return finish(logits, step), cache
         else:
-            caches = {"prefix": tf.zeros([batch * beam_size, max_length], tf.int32)}  # [batch*beam, max_len]
+            # Every beam of a sentence runs the full decoder: tile to [batch * beam, ...].
+            memory = tf.repeat(memory, beam_size, axis=0)
+            memory_mask = tf.repeat(memory_mask, beam_size, axis=0)
+            cache = {"prefix": tf.zeros([batch * beam_size, max_length], tf.int32)}  # [batch*beam, max_len]
+            reorder_cache = None
 
-            def step_fn(ids, caches, step):
+            def step_fn(ids, cache, step):
                 position = tf.one_hot(step, max_length, dtype=tf.int32)[None, :]  # [1, max_len]
-                prefix = caches["prefix"] * (1 - position) + ids[:, None] * position
+                prefix = cache["prefix"] * (1 - position) + ids[:, None] * position
                 logits = model.decode(prefix, memory, memory_mask, training=False)  # [batch*beam, max_len, vocab]
                 return finish(logits[:, step], step), {"prefix": prefix}
 
-        return beam_search(step_fn, caches, batch, max_lengths, beam_size=beam_size, alpha=alpha)
+        return beam_search(
+            step_fn, cache, batch, max_lengths, beam_size=beam_size, alpha=alpha, reorder_cache=reorder_cache
+        )
 
     def translate_ids(self, inputs):
         """``int32[batch, src_len]`` → ``{"ids": int32[batch, out_len], "scores": float32[batch]}`` (best only)."""

@@ -181,14 +181,32 @@ class MultiHeadAttention(keras.layers.Layer):
         value = self._split_heads(self.value_dense(memory), self.value_dim)  # [batch, heads, len, d_v]
         return key, value
 
+    def _group_heads(self, x, groups, depth):
+        """``[groups * size, 1, heads * depth]`` → ``[groups, heads, size, depth]``."""
+        x = ops.reshape(x, (groups, -1, self.num_heads, depth))  # [groups, size, heads, depth]
+        return ops.transpose(x, (0, 2, 1, 3))  # [groups, heads, size, depth]
+
+    def _ungroup_heads(self, x):
+        """``[groups, heads, size, d_v]`` → ``[groups * size, 1, heads * d_v]``."""
+        x = ops.transpose(x, (0, 2, 1, 3))  # [groups, size, heads, d_v]
+        return ops.reshape(x, (-1, 1, self.num_heads * self.value_dim))
+
     def attend(self, query, key_heads, value_heads, attention_mask=None):
-        """Attention of ``query`` ``[batch, q_len, d]`` over precomputed heads (inference only)."""
-        q = self._split_heads(self.query_dense(query), self.key_dim)  # [batch, heads, q_len, d_k]
+        """One query token per hypothesis over keys shared by groups of hypotheses (inference only).
+
+        ``query`` is ``[groups * size, 1, d]``: consecutive rows form a group (the
+        beams of one sentence) that attends over the same ``key_heads``
+        ``[groups, heads, k_len, d_k]`` and ``value_heads`` ``[groups, heads,
+        k_len, d_v]``, so keys and values are never copied per beam. The group's
+        queries take the place of the query positions of eq. 1, so
+        ``attention_mask`` is broadcastable to ``[groups, heads, size, k_len]``.
+        With groups of one this is plain attention of a single position.
+        Returns ``[groups * size, 1, output_dim]``.
+        """
+        groups = ops.shape(key_heads)[0]
+        q = self._group_heads(self.query_dense(query), groups, self.key_dim)  # [groups, heads, size, d_k]
         heads, _ = self.attention(q, key_heads, value_heads, attention_mask=attention_mask, training=False)
-        batch, q_len = ops.shape(query)[0], ops.shape(query)[1]
-        heads = ops.transpose(heads, (0, 2, 1, 3))  # [batch, q_len, heads, d_v]
-        heads = ops.reshape(heads, (batch, q_len, self.num_heads * self.value_dim))
-        return self._output_dense(heads)  # [batch, q_len, output_dim]
+        return self._output_dense(self._ungroup_heads(heads))  # [groups * size, 1, output_dim]
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         output_dim = self.output_dim if self.output_dim is not None else query_shape[-1]

@@ -3,11 +3,52 @@
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 from keras import ops
+from tensorflow.python.ops import control_flow_util
 
 from tf_transformer.layers.attention import MultiHeadAttention
 from tf_transformer.layers.encoder import LayerStack, ResidualSublayer, _layer_kwargs
 from tf_transformer.layers.feed_forward import PositionwiseFeedForward
+
+
+def _in_xla():
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+def new_slots(shape, dtype):
+    """A zeroed cache tensor that :func:`write_slots` may update in place.
+
+    ``tf.raw_ops.Empty`` is stateful: every call is a fresh buffer of its own,
+    never a constant folded or shared with another layer's cache by graph
+    optimization (writing in place into a shared buffer would corrupt them).
+    """
+    if _in_xla():
+        return ops.zeros(shape, dtype)
+    return tf.raw_ops.Empty(shape=ops.stack(shape), dtype=dtype, init=True)
+
+
+def write_slots(cache, new, position):
+    """``cache`` ``[batch, heads, max_len * size, d]`` with ``new`` ``[batch, heads, size, d]`` at ``position``.
+
+    Viewed as rows of ``size * d`` (one per batch, head and position), the
+    write is ``InplaceUpdate`` of ``batch * heads`` rows: it changes the
+    buffer in place instead of copying the whole cache every step, as
+    ``ops.slice_update`` (an XLA op compiled on demand) does outside XLA. The
+    cache passed in must come from :func:`new_slots` or an earlier write and
+    must not be used again: only the returned tensor is valid. Under XLA,
+    which has no ``InplaceUpdate`` kernel and updates loop buffers in place
+    itself, this is ``ops.slice_update``.
+    """
+    size = ops.shape(new)[2]
+    if _in_xla():
+        return ops.slice_update(cache, (0, 0, position * size, 0), new)
+    batch, heads, slots, depth = (ops.shape(cache)[i] for i in range(4))
+    max_len = slots // size
+    rows = ops.arange(batch * heads) * max_len + position  # [batch * heads]
+    flat = ops.reshape(cache, (batch * heads * max_len, size * depth))  # [rows, size * d]
+    flat = tf.raw_ops.InplaceUpdate(x=flat, i=rows, v=ops.reshape(new, (batch * heads, size * depth)))
+    return ops.reshape(flat, (batch, heads, slots, depth))
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -106,32 +147,44 @@ class DecoderLayer(keras.layers.Layer):
     def compute_output_shape(self, x_shape, memory_shape):
         return x_shape
 
-    def decode_step(self, x, cache, memory_key_value, memory_mask, step):
-        """One incremental step (inference): ``x`` is ``[batch, 1, d_model]`` at position ``step``.
+    def decode_step(self, x, cache, memory_key_value, self_attention_mask, memory_mask, step):
+        """One incremental step (inference) of ``size`` hypotheses per sentence.
 
-        ``cache`` holds this layer's self-attention keys and values, fixed-shape
-        ``[batch, heads, max_len, d_k]``/``[…, d_v]``; the new token's are written
-        at ``step``. ``memory_key_value`` are the encoder-decoder keys and values,
-        computed once per sentence. Returns ``(output [batch, 1, d_model], cache)``.
+        ``x`` is ``[batch * size, 1, d_model]`` at position ``step``. ``cache``
+        holds this layer's self-attention keys and values per sentence,
+        fixed-shape ``[batch, heads, max_len * size, d_k]`` (``d_v`` for values):
+        hypothesis ``k`` writes its new key and value into slot ``step * size +
+        k``, and ``self_attention_mask`` ``[batch, 1, size, max_len * size]``
+        says which slots hold each hypothesis's own prefix (see
+        :meth:`Decoder.decode_step`). ``memory_key_value`` are the
+        encoder-decoder keys and values ``[batch, heads, src_len, d]``, computed
+        once per sentence and shared by its hypotheses. Returns
+        ``(output [batch * size, 1, d_model], cache)``.
         """
-        max_len = ops.shape(cache["key"])[2]
-        visible = (ops.arange(max_len) <= step)[None, None, None, :]  # [1, 1, 1, max_len]
+        attention = self.self_attention
+        groups = ops.shape(cache["key"])[0]
         updated = {}
 
         def self_attend(h):
-            key, value = self.self_attention.project_key_value(h)  # [batch, heads, 1, d_k], [.., d_v]
-            updated["key"] = ops.slice_update(cache["key"], (0, 0, step, 0), ops.cast(key, cache["key"].dtype))
-            updated["value"] = ops.slice_update(cache["value"], (0, 0, step, 0), ops.cast(value, cache["value"].dtype))
-            return self.self_attention.attend(h, updated["key"], updated["value"], visible)
+            for name, dense, depth in (
+                ("key", attention.key_dense, attention.key_dim),
+                ("value", attention.value_dense, attention.value_dim),
+            ):
+                new = attention._group_heads(dense(h), groups, depth)  # [batch, heads, size, depth]
+                updated[name] = write_slots(cache[name], ops.cast(new, cache[name].dtype), step)
+            return attention.attend(h, updated["key"], updated["value"], self_attention_mask)
 
-        x = self.self_attention_residual(x, sublayer=self_attend, training=False)
         memory_key, memory_value = memory_key_value
-        x = self.cross_attention_residual(
-            x,
-            sublayer=lambda h: self.cross_attention.attend(h, memory_key, memory_value, memory_mask),
-            training=False,
+        sublayers = (
+            (self.self_attention_residual, self_attend),
+            (
+                self.cross_attention_residual,
+                lambda h: self.cross_attention.attend(h, memory_key, memory_value, memory_mask),
+            ),
+            (self.feed_forward_residual, lambda h: self.feed_forward(h, training=False)),
         )
-        x = self.feed_forward_residual(x, sublayer=lambda h: self.feed_forward(h, training=False), training=False)
+        for residual, sublayer in sublayers:
+            x = residual(x, sublayer=sublayer, training=False)  # [batch * size, 1, d_model]
         return x, updated
 
     def get_config(self):
@@ -182,24 +235,67 @@ class Decoder(LayerStack):
         return embedded_shape
 
     def memory_key_values(self, memory):
-        """Every layer's encoder-decoder keys and values, computed once per sentence."""
+        """Every layer's encoder-decoder keys and values, computed once per sentence.
+
+        ``memory`` is ``[batch, src_len, d_model]``, not repeated per beam: the
+        beams of a sentence share them (see ``MultiHeadAttention.attend``).
+        """
         return [layer.cross_attention.project_key_value(memory) for layer in self.decoder_layers]
 
-    def empty_cache(self, batch, max_length, dtype):
-        """Zeroed fixed-shape self-attention caches, one ``{"key", "value"}`` per layer."""
-        return [
-            {
-                "key": ops.zeros((batch, self.num_heads, max_length, self.key_dim), dtype),
-                "value": ops.zeros((batch, self.num_heads, max_length, self.value_dim), dtype),
-            }
-            for _ in self.decoder_layers
-        ]
+    def empty_cache(self, batch, max_length, dtype, beam_size=1):
+        """The decoding cache of ``batch`` sentences × ``beam_size`` hypotheses, fixed-shape.
 
-    def decode_step(self, embedded, caches, memory_key_values, memory_mask, step):
-        """``embedded`` ``[batch, 1, d_model]`` at position ``step`` → ``([batch, 1, d_model], caches)``."""
-        x = embedded + self.position_layer(embedded, start_index=step)[None]  # [batch, 1, d_model]
-        new_caches = []
-        for layer, cache, key_value in zip(self.decoder_layers, caches, memory_key_values, strict=True):
-            x, cache = layer.decode_step(x, cache, key_value, memory_mask, step)
-            new_caches.append(cache)
-        return self._finish(x), new_caches
+        ``history`` ``int32[batch * beam_size, max_length]``: for each hypothesis
+        and position, which hypothesis of its sentence wrote the key and value of
+        that position of its prefix. ``layers``: one ``{"key", "value"}`` per
+        layer, ``[batch, heads, max_length * beam_size, d_k]`` (``d_v``); slot
+        ``position * beam_size + k`` is written by hypothesis ``k``.
+        """
+        slots = max_length * beam_size
+        return {
+            "history": ops.zeros((batch * beam_size, max_length), "int32"),
+            "layers": [
+                {
+                    "key": new_slots((batch, self.num_heads, slots, self.key_dim), dtype),
+                    "value": new_slots((batch, self.num_heads, slots, self.value_dim), dtype),
+                }
+                for _ in self.decoder_layers
+            ],
+        }
+
+    def reorder_cache(self, cache, beams):
+        """Hypothesis ``k`` of sentence ``b`` continues ``beams[b, k]`` (``int[batch, size]``).
+
+        Only the small ``history`` moves: keys and values stay in their slots,
+        so beam search copies no per-layer tensor (Vaswani et al. decode with
+        beam 4, section 6.1; reordering the full cache each step dominated).
+        """
+        groups, size = ops.shape(beams)[0], ops.shape(beams)[1]
+        rows = ops.reshape(ops.cast(beams, "int32") + ops.arange(groups)[:, None] * size, (-1,))  # [batch * size]
+        return {"history": ops.take(cache["history"], rows, axis=0), "layers": cache["layers"]}
+
+    def decode_step(self, embedded, cache, memory_key_values, memory_mask, step):
+        """``embedded`` ``[batch * size, 1, d_model]`` at position ``step`` → ``([batch * size, 1, d_model], cache)``.
+
+        ``memory_mask`` is the ``[batch, 1, 1, src_len]`` source mask. The
+        self-attention mask is built once here for all layers: hypothesis ``k``
+        sees slot ``l * size + k'`` when ``l <= step`` and its prefix's token
+        ``l`` was written by hypothesis ``k'``.
+        """
+        history = cache["history"]  # [batch * size, max_len]
+        groups = ops.shape(memory_mask)[0]
+        hypotheses, max_len = ops.shape(history)[0], ops.shape(history)[1]
+        size = hypotheses // groups
+        positions = ops.arange(max_len)  # [max_len]
+        own = (ops.arange(hypotheses) % size)[:, None]  # [batch * size, 1]
+        history = ops.where(positions[None, :] == step, own, history)  # [batch * size, max_len]
+        visible = ops.logical_and(
+            history[:, :, None] == ops.arange(size)[None, None, :], (positions <= step)[None, :, None]
+        )  # [batch * size, max_len, size]
+        self_mask = ops.reshape(visible, (groups, 1, size, max_len * size))  # [batch, 1, size, max_len * size]
+        x = embedded + self.position_layer(embedded, start_index=step)[None]  # [batch * size, 1, d_model]
+        layer_caches = []
+        for layer, layer_cache, key_value in zip(self.decoder_layers, cache["layers"], memory_key_values, strict=True):
+            x, layer_cache = layer.decode_step(x, layer_cache, key_value, self_mask, memory_mask, step)
+            layer_caches.append(layer_cache)
+        return self._finish(x), {"history": history, "layers": layer_caches}

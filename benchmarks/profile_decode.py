@@ -1,0 +1,131 @@
+"""Where decoding time goes: a TensorBoard profile of cached beam search (a tool, not a test).
+
+    python benchmarks/profile_decode.py --config base --logdir runs/profile/base
+    tensorboard --logdir runs/profile/base     # Profile tab (pip install tensorboard-plugin-profile)
+
+Decodes ``--batches`` batches of newstest2013 (beam 4, batch 32, output forced to
+``--output_tokens`` tokens, untrained weights) under the TensorFlow profiler and
+prints the TensorFlow op types that took the most time (summed over threads, so
+the shares are of op time, not of wall clock), then one JSON line with the
+decoding speed measured outside the profiler.
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from absl import app, flags  # noqa: E402
+from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402
+
+import pipelines  # noqa: E402
+from benchmarks.common import source_batches, timed  # noqa: E402
+from configs import get_config  # noqa: E402
+from tf_transformer import build_transformer  # noqa: E402
+from tf_transformer.translator import Translator  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("data", "../shared/data/newstest/newstest2013.en", "Source sentences, one per line.")
+flags.DEFINE_string("config", "base", "Preset.")
+flags.DEFINE_string("precision", "float32", "Keras dtype policy of the model.")
+flags.DEFINE_string("logdir", "runs/profile/decode", "Where the TensorBoard profile is written.")
+flags.DEFINE_integer("batches", 4, "Batches profiled (after one warm-up batch).")
+flags.DEFINE_integer("batch", 32, "Sentences per batch.")
+flags.DEFINE_integer("beam", 4, "Beam size.")
+flags.DEFINE_integer("output_tokens", 40, "Forced output length (EOS included).")
+flags.DEFINE_integer("vocab_size", 8000, "SentencePiece vocabulary size.")
+flags.DEFINE_integer("threads", 2, "Intra- and inter-op threads.")
+flags.DEFINE_integer("top", 25, "Op types listed.")
+
+
+def op_times(logdir: str) -> collections.Counter:
+    """Self seconds per op type in the newest profile under ``logdir``, summed over threads.
+
+    Events nest on each thread (the executor's ``Process`` around an op, an XLA
+    launch around its kernels): each event is charged its time minus its children's.
+    """
+    paths = sorted(glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb")), key=os.path.getmtime)
+    space = xplane_pb2.XSpace()
+    with open(paths[-1], "rb") as handle:
+        space.ParseFromString(handle.read())
+    totals = collections.Counter()
+    for plane in space.planes:
+        if not plane.name.startswith("/host:CPU"):
+            continue
+        for line in plane.lines:
+            if not line.name.startswith(("tf_Compute", "tf_numa", "tf_inter")):
+                continue
+            stack = []  # (end_ps, op type) of the events enclosing the current one
+            for event in sorted(line.events, key=lambda e: (e.offset_ps, -e.duration_ps)):
+                while stack and stack[-1][0] <= event.offset_ps:
+                    stack.pop()
+                name = plane.event_metadata[event.metadata_id].name.strip()
+                op_type = name.rsplit(":", 1)[-1]
+                seconds = event.duration_ps * 1e-12
+                totals[op_type] += seconds
+                if stack:
+                    totals[stack[-1][1]] -= seconds
+                stack.append((event.offset_ps + event.duration_ps, op_type))
+    return totals
+
+
+def main(argv):
+    del argv
+    if not os.path.exists(FLAGS.data):
+        raise app.UsageError(f"--data {FLAGS.data}: not found (real corpora live in ../shared/data)")
+    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
+    with open(FLAGS.data, encoding="utf-8") as handle:
+        lines = [line.strip() for line in handle][: FLAGS.batch * (FLAGS.batches + 1)]
+    with tempfile.TemporaryDirectory() as work:
+        tokenizer = pipelines.Tokenizer(
+            pipelines.train_sentencepiece(
+                ((line, line) for line in lines), os.path.join(work, "sp.model"), vocab_size=FLAGS.vocab_size
+            )
+        )
+    batches = source_batches(tokenizer, lines, FLAGS.batch)
+    config = get_config(FLAGS.config, vocab_size=tokenizer.vocab_size)
+    model = build_transformer(config, dtype=keras.dtype_policies.get(FLAGS.precision))
+    translator = Translator(model, tokenizer, beam_size=FLAGS.beam)
+    search = tf.function(
+        lambda x: translator.search(x, force_length=FLAGS.output_tokens)[0],
+        input_signature=[tf.TensorSpec([None, None], tf.int32)],  # traced once, as in an export
+    )
+    seconds = timed(lambda x: search(x).numpy(), batches)
+    tf.profiler.experimental.start(FLAGS.logdir)
+    start = time.perf_counter()
+    for batch in batches[1:]:
+        search(batch).numpy()
+    profiled = time.perf_counter() - start
+    tf.profiler.experimental.stop()
+    totals = op_times(FLAGS.logdir)
+    everything = sum(totals.values())
+    print(f"op time {everything:.2f} s over {profiled:.2f} s wall clock (profiled)")
+    for op_type, spent in totals.most_common(FLAGS.top):
+        print(f"{op_type:40s} {spent:8.3f} s {100 * spent / everything:5.1f} %")
+    sentences = sum(len(b) for b in batches)
+    print(
+        json.dumps(
+            {
+                "benchmark": "profile_decode",
+                "config": FLAGS.config,
+                "precision": FLAGS.precision,
+                "target_tokens_per_second": round(sentences * FLAGS.output_tokens / seconds, 1),
+                "top_ops": {k: round(v / everything, 3) for k, v in totals.most_common(8)},
+                "logdir": FLAGS.logdir,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)
