@@ -52,6 +52,7 @@ def beam_search(
     alpha: float = 0.6,
     vocab_size=None,
     reorder_cache=None,
+    min_length=0,
 ):
     """Finds the ``beam_size`` best continuations of BOS for each batch row.
 
@@ -63,6 +64,7 @@ def beam_search(
       max_lengths: ``int32[batch]``: most tokens (EOS included) each row may produce.
       beam_size: K (1 gives greedy decoding).
       alpha: length penalty exponent; 0 disables it.
+      min_length: no EOS before this many output tokens (EOS counted).
       reorder_cache: ``(cache, beams int32[batch, K]) → cache`` where beam ``k``
         of row ``b`` continues beam ``beams[b, k]``; by default every cache
         tensor is gathered along its ``[batch*beam]`` axis. A model whose cache
@@ -107,17 +109,25 @@ def beam_search(
         log_probs, cache = step_fn(ids, cache, step)  # [batch*K, vocab]
         vocab = tf.shape(log_probs)[-1]
         log_probs = _unflatten(log_probs, batch, k)  # [batch, K, vocab]
-        # A row that reached its maximum length must end now.
-        must_end = (step + 1 >= max_lengths)[:, None, None]  # [batch, 1, 1]
-        tokens = tf.range(vocab)[None, None, :]  # [1, 1, vocab]
+        # One additive [batch, vocab] bias bans what may not come next: padding and
+        # BOS always, EOS before the minimum length, all but EOS at a row's maximum.
+        tokens = tf.range(vocab)  # [vocab]
         is_eos = tf.equal(tokens, EOS_ID)
-        log_probs = tf.where(tf.logical_and(must_end, ~is_eos), NEG_INF, log_probs)
-        # Padding and BOS are never outputs.
-        log_probs = tf.where((tokens == PAD_ID) | (tokens == BOS_ID), NEG_INF, log_probs)
-        candidates = live_log_probs[:, :, None] + log_probs  # [batch, K, vocab]
-        flat = tf.reshape(candidates, [batch, k * vocab])  # [batch, K*vocab]
+        banned = tf.logical_or(tf.equal(tokens, PAD_ID), tf.equal(tokens, BOS_ID))
+        banned = tf.logical_or(banned, tf.logical_and(is_eos, step + 1 < min_length))
+        bias = tf.where(banned, NEG_INF, 0.0)  # [vocab]
+        must_end = (step + 1 >= max_lengths)[:, None]  # [batch, 1]
+        bias = tf.where(must_end, tf.where(is_eos, 0.0, NEG_INF)[None, :], bias[None, :])  # [batch, vocab]
+        log_probs = log_probs + bias[:, None, :]  # [batch, K, vocab]
+        # The 2K best continuations of all beams are among each beam's 2K best:
+        # two small top-k instead of one over K * vocab (same picks, same order).
+        per_beam = tf.minimum(2 * k, vocab)
+        beam_log_probs, beam_tokens = tf.math.top_k(log_probs, k=per_beam)  # [batch, K, per_beam]
+        candidates = live_log_probs[:, :, None] + beam_log_probs  # [batch, K, per_beam]
+        flat = tf.reshape(candidates, [batch, k * per_beam])  # [batch, K*per_beam]
         top_log_probs, top_index = tf.math.top_k(flat, k=2 * k)  # [batch, 2K]
-        top_beam, top_token = top_index // vocab, top_index % vocab  # [batch, 2K]
+        top_beam = top_index // per_beam  # [batch, 2K]
+        top_token = tf.gather(tf.reshape(beam_tokens, [batch, k * per_beam]), top_index, batch_dims=1)  # [batch, 2K]
         top_ids = tf.gather(live_ids, top_beam, batch_dims=1)  # [batch, 2K, max_length + 1]
         position = tf.one_hot(step + 1, max_length + 1, dtype=tf.int32)  # [max_length + 1]
         top_ids = top_ids + position[None, None, :] * top_token[:, :, None]

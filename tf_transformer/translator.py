@@ -79,15 +79,6 @@ class Translator(tf.Module):
             max_lengths = tf.maximum(max_lengths, min_length)
         max_length = tf.reduce_max(max_lengths)
         memory, memory_mask = model.encode(inputs, training=False)  # [batch, src_len, d_model]
-        no_eos = None
-        if min_length:  # EOS forbidden before the minimum length
-            no_eos = tf.one_hot(EOS_ID, model.vocab_size, on_value=-1e9, off_value=0.0)  # [vocab]
-
-        def finish(logits, step):
-            log_probs = tf.nn.log_softmax(logits, axis=-1)  # [batch * beam, vocab]
-            if no_eos is None:
-                return log_probs
-            return log_probs + no_eos * tf.cast(step + 1 < min_length, tf.float32)
 
         if use_cache:
             # Encoder-decoder keys and values once per sentence, shared by its beams.
@@ -97,7 +88,7 @@ class Translator(tf.Module):
 
             def step_fn(ids, cache, step):
                 logits, cache = model.decode_step(ids, cache, memory_key_values, memory_mask, step)
-                return finish(logits, step), cache
+                return tf.nn.log_softmax(logits, axis=-1), cache  # [batch * beam, vocab]
         else:
             # Every beam of a sentence runs the full decoder: tile to [batch * beam, ...].
             memory = tf.repeat(memory, beam_size, axis=0)
@@ -109,10 +100,17 @@ class Translator(tf.Module):
                 position = tf.one_hot(step, max_length, dtype=tf.int32)[None, :]  # [1, max_len]
                 prefix = cache["prefix"] * (1 - position) + ids[:, None] * position
                 logits = model.decode(prefix, memory, memory_mask, training=False)  # [batch*beam, max_len, vocab]
-                return finish(logits[:, step], step), {"prefix": prefix}
+                return tf.nn.log_softmax(logits[:, step], axis=-1), {"prefix": prefix}
 
         return beam_search(
-            step_fn, cache, batch, max_lengths, beam_size=beam_size, alpha=alpha, reorder_cache=reorder_cache
+            step_fn,
+            cache,
+            batch,
+            max_lengths,
+            beam_size=beam_size,
+            alpha=alpha,
+            reorder_cache=reorder_cache,
+            min_length=min_length or 0,
         )
 
     def translate_ids(self, inputs):
