@@ -193,3 +193,17 @@ def test_cached_beam_search_equals_uncached(beam_size):
         cached_ids, cached_scores = cached(source)
         np.testing.assert_array_equal(np.asarray(cached_ids), np.asarray(full_ids))
         np.testing.assert_allclose(np.asarray(cached_scores), np.asarray(full_scores), atol=1e-4)
+
+
+@pytest.mark.parametrize("n,k", [(8000, 8), (1280, 2), (4096, 16), (1031, 8)])
+def test_chunked_top_k_equals_top_k(n, k):
+    """Same values, indices and tie order as tf.math.top_k, ties and all-equal rows included."""
+    from tf_transformer.beam_search import top_k_rows
+
+    x = RNG.integers(-20, 5, (3, 4, n)).astype("float32")  # many ties
+    x[0, 0] = 1.0  # one row all equal
+    x[1, 2, -3:] = 9.0  # the best at the very end
+    values, indices = top_k_rows(tf.constant(x), k)
+    expected_values, expected_indices = tf.math.top_k(tf.constant(x), k=k)
+    np.testing.assert_array_equal(np.asarray(values), np.asarray(expected_values))
+    np.testing.assert_array_equal(np.asarray(indices), np.asarray(expected_indices))

@@ -43,6 +43,42 @@ def _gather_beams(tree, indices, batch, beam_in):
     return tf.nest.map_structure(gather, tree)
 
 
+def _chunk_size(vocab) -> int | None:
+    """A divisor of ``vocab`` to split rows into for :func:`top_k_rows` (None: not worth it)."""
+    if vocab is None or vocab < 1024:
+        return None
+    for size in range(64, 16, -1):  # chunks of 17..64 entries
+        if vocab % size == 0:
+            return size
+    return None
+
+
+def top_k_rows(x, k: int):
+    """``tf.math.top_k(x, k)`` over the last axis of ``x`` ``[..., n]``: same values, indices and order.
+
+    TensorFlow's CPU TopK takes ~3 ns per entry however small ``k``; for a
+    vocabulary-wide row it is cheaper to take the maximum of each chunk of
+    ~64 entries, keep the ``k`` chunks with the largest maxima (the row's ``k``
+    best lie in them: a chunk left out has ``k`` chunks ahead of it, each
+    holding an entry at least as good and, at equal values, earlier), and
+    run TopK over those ``k`` chunks in their original order, so ties still
+    resolve to the lower index.
+    """
+    n = x.shape[-1]
+    size = _chunk_size(n)
+    if size is None or k * size >= n:
+        return tf.math.top_k(x, k=k)
+    lead = tf.shape(x)[:-1]
+    rows = tf.reshape(x, [-1, n // size, size])  # [rows, chunks, size]
+    _, chunks = tf.math.top_k(tf.reduce_max(rows, axis=-1), k=k)  # [rows, k]
+    chunks = tf.sort(chunks, axis=-1)  # original order: ties keep resolving to the lower index
+    picked = tf.reshape(tf.gather(rows, chunks, batch_dims=1), [-1, k * size])  # [rows, k * size]
+    values, position = tf.math.top_k(picked, k=k)  # [rows, k]
+    indices = tf.gather(chunks, position // size, batch_dims=1) * size + position % size
+    out_shape = tf.concat([lead, [k]], 0)
+    return tf.reshape(values, out_shape), tf.reshape(indices, out_shape)
+
+
 def beam_search(
     step_fn,
     initial_cache,
@@ -121,8 +157,12 @@ def beam_search(
         log_probs = log_probs + bias[:, None, :]  # [batch, K, vocab]
         # The 2K best continuations of all beams are among each beam's 2K best:
         # two small top-k instead of one over K * vocab (same picks, same order).
-        per_beam = tf.minimum(2 * k, vocab)
-        beam_log_probs, beam_tokens = tf.math.top_k(log_probs, k=per_beam)  # [batch, K, per_beam]
+        if log_probs.shape[-1] is None:  # vocabulary size known only when running
+            per_beam = tf.minimum(2 * k, vocab)
+            beam_log_probs, beam_tokens = tf.math.top_k(log_probs, k=per_beam)  # [batch, K, per_beam]
+        else:
+            per_beam = min(2 * k, log_probs.shape[-1])
+            beam_log_probs, beam_tokens = top_k_rows(log_probs, per_beam)  # [batch, K, per_beam]
         candidates = live_log_probs[:, :, None] + beam_log_probs  # [batch, K, per_beam]
         flat = tf.reshape(candidates, [batch, k * per_beam])  # [batch, K*per_beam]
         top_log_probs, top_index = tf.math.top_k(flat, k=2 * k)  # [batch, 2K]

@@ -1,13 +1,16 @@
-"""Where decoding time goes: a TensorBoard profile of cached beam search (a tool, not a test).
+"""Where the time goes: a TensorBoard profile of decoding or training (a tool, not a test).
 
-    python benchmarks/profile_decode.py --config base --logdir runs/profile/base
-    tensorboard --logdir runs/profile/base     # Profile tab (pip install tensorboard-plugin-profile)
+    python benchmarks/profile_ops.py --mode decode --config base --logdir runs/profile/decode_base
+    python benchmarks/profile_ops.py --mode train --config base --precision mixed_bfloat16 --logdir runs/profile/train
+    tensorboard --logdir runs/profile/decode_base     # Profile tab (pip install tensorboard-plugin-profile)
 
-Decodes ``--batches`` batches of newstest2013 (beam 4, batch 32, output forced to
-``--output_tokens`` tokens, untrained weights) under the TensorFlow profiler and
-prints the TensorFlow op types that took the most time (summed over threads, so
-the shares are of op time, not of wall clock), then one JSON line with the
-decoding speed measured outside the profiler.
+``decode``: ``--batches`` batches of newstest2013 through cached beam search (beam 4,
+batch 32, output forced to ``--output_tokens`` tokens, untrained weights).
+``train``: ``fit`` steps on one fixed batch (``--train_batch`` × ``--src_len`` /
+``--tgt_len`` tokens, as benchmarks/peers.py). Runs under the TensorFlow profiler and
+prints the op types that took the most self time (summed over threads, so shares are
+of op time, not of wall clock), then one JSON line with the speed measured outside
+the profiler.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import collections
 import glob
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -23,28 +27,35 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import keras  # noqa: E402
+import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402
 
 import pipelines  # noqa: E402
-from benchmarks.common import source_batches, timed  # noqa: E402
+from benchmarks.common import StepTimer, source_batches, timed  # noqa: E402
 from configs import get_config  # noqa: E402
 from tf_transformer import build_transformer  # noqa: E402
+from tf_transformer.training.trainer import compile_model  # noqa: E402
 from tf_transformer.translator import Translator  # noqa: E402
 
 FLAGS = flags.FLAGS
+flags.DEFINE_enum("mode", "decode", ["decode", "train"], "What to profile.")
 flags.DEFINE_string("data", "../shared/data/newstest/newstest2013.en", "Source sentences, one per line.")
 flags.DEFINE_string("config", "base", "Preset.")
 flags.DEFINE_string("precision", "float32", "Keras dtype policy of the model.")
-flags.DEFINE_string("logdir", "runs/profile/decode", "Where the TensorBoard profile is written.")
-flags.DEFINE_integer("batches", 4, "Batches profiled (after one warm-up batch).")
+flags.DEFINE_string("logdir", "runs/profile/latest", "Where the TensorBoard profile is written.")
+flags.DEFINE_integer("batches", 4, "Decoding batches profiled (after one warm-up batch).")
 flags.DEFINE_integer("batch", 32, "Sentences per batch.")
 flags.DEFINE_integer("beam", 4, "Beam size.")
 flags.DEFINE_integer("output_tokens", 40, "Forced output length (EOS included).")
 flags.DEFINE_integer("vocab_size", 8000, "SentencePiece vocabulary size.")
 flags.DEFINE_integer("threads", 2, "Intra- and inter-op threads.")
 flags.DEFINE_integer("top", 25, "Op types listed.")
+flags.DEFINE_integer("train_batch", 64, "Training sentences per batch (--mode train).")
+flags.DEFINE_integer("src_len", 32, "Training source tokens per sentence.")
+flags.DEFINE_integer("tgt_len", 32, "Training target tokens per sentence.")
+flags.DEFINE_integer("steps", 5, "Training steps timed, then profiled (after 2 warm-up steps).")
 
 
 def op_times(logdir: str) -> collections.Counter:
@@ -78,12 +89,18 @@ def op_times(logdir: str) -> collections.Counter:
     return totals
 
 
-def main(argv):
-    del argv
-    if not os.path.exists(FLAGS.data):
-        raise app.UsageError(f"--data {FLAGS.data}: not found (real corpora live in ../shared/data)")
-    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
+def _profiled(run) -> float:
+    """Wall-clock seconds of ``run()`` under the profiler (trace written to ``--logdir``)."""
+    tf.profiler.experimental.start(FLAGS.logdir)
+    start = time.perf_counter()
+    run()
+    seconds = time.perf_counter() - start
+    tf.profiler.experimental.stop()
+    return seconds
+
+
+def decode_speed() -> tuple[float, float]:
+    """(target tokens/s unprofiled, profiled wall seconds) of cached beam search."""
     with open(FLAGS.data, encoding="utf-8") as handle:
         lines = [line.strip() for line in handle][: FLAGS.batch * (FLAGS.batches + 1)]
     with tempfile.TemporaryDirectory() as work:
@@ -101,25 +118,46 @@ def main(argv):
         input_signature=[tf.TensorSpec([None, None], tf.int32)],  # traced once, as in an export
     )
     seconds = timed(lambda x: search(x).numpy(), batches)
-    tf.profiler.experimental.start(FLAGS.logdir)
-    start = time.perf_counter()
-    for batch in batches[1:]:
-        search(batch).numpy()
-    profiled = time.perf_counter() - start
-    tf.profiler.experimental.stop()
+    profiled = _profiled(lambda: [search(batch).numpy() for batch in batches[1:]])
+    return sum(len(b) for b in batches) * FLAGS.output_tokens / seconds, profiled
+
+
+def train_speed() -> tuple[float, float]:
+    """(target tokens/s unprofiled, profiled wall seconds) of ``fit`` steps."""
+    keras.config.set_dtype_policy(FLAGS.precision)
+    config = get_config(FLAGS.config, vocab_size=FLAGS.vocab_size)
+    model = compile_model(build_transformer(config), config)
+    rng = np.random.default_rng(0)
+    src = rng.integers(4, FLAGS.vocab_size, (FLAGS.train_batch, FLAGS.src_len)).astype("int32")
+    tgt = rng.integers(4, FLAGS.vocab_size, (FLAGS.train_batch, FLAGS.tgt_len)).astype("int32")
+    data = tf.data.Dataset.from_tensors(({"inputs": src, "targets": tgt}, tgt)).repeat()
+    timer = StepTimer()
+    model.fit(data, steps_per_epoch=FLAGS.steps + 2, epochs=1, verbose=0, callbacks=[timer])
+    speed = FLAGS.train_batch * FLAGS.tgt_len / statistics.median(timer.times[2:])
+    profiled = _profiled(lambda: model.fit(data, steps_per_epoch=FLAGS.steps, epochs=1, verbose=0))
+    return speed, profiled
+
+
+def main(argv):
+    del argv
+    if FLAGS.mode == "decode" and not os.path.exists(FLAGS.data):
+        raise app.UsageError(f"--data {FLAGS.data}: not found (real corpora live in ../shared/data)")
+    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
+    speed, profiled = decode_speed() if FLAGS.mode == "decode" else train_speed()
     totals = op_times(FLAGS.logdir)
     everything = sum(totals.values())
     print(f"op time {everything:.2f} s over {profiled:.2f} s wall clock (profiled)")
     for op_type, spent in totals.most_common(FLAGS.top):
         print(f"{op_type:40s} {spent:8.3f} s {100 * spent / everything:5.1f} %")
-    sentences = sum(len(b) for b in batches)
     print(
         json.dumps(
             {
-                "benchmark": "profile_decode",
+                "benchmark": "profile",
+                "mode": FLAGS.mode,
                 "config": FLAGS.config,
                 "precision": FLAGS.precision,
-                "target_tokens_per_second": round(sentences * FLAGS.output_tokens / seconds, 1),
+                "target_tokens_per_second": round(speed, 1),
                 "top_ops": {k: round(v / everything, 3) for k, v in totals.most_common(8)},
                 "logdir": FLAGS.logdir,
             }
