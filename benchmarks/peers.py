@@ -6,8 +6,9 @@
 Same machine, same run, same threads (``--threads``), same model dimensions:
 
 - ours: the ``small``/``base`` preset, trained through Keras ``fit`` with the
-  paper's loss and optimizer; decoding through the exported SavedModel's
-  ``translate_ids`` signature (export with min = max output length).
+  paper's loss and optimizer (float32 and mixed_bfloat16); decoding through the
+  exported SavedModel's ``translate_ids`` signature (export with min = max output
+  length), float32 and bfloat16 weights (``tft-export --dtype bfloat16``).
 - keras-hub: the same architecture from ``keras_hub.layers`` (token-and-position
   embeddings, ``TransformerEncoder``/``TransformerDecoder``, a softmax layer).
 - Hugging Face ``MarianMTModel`` (PyTorch, CPU), randomly initialised from a
@@ -102,15 +103,21 @@ def ours_train(size: str, precision: str, peaks: dict) -> dict:
     return {"tokens_per_second": round(speed), "mfu": round(achieved / peak, 4), "params": int(model.count_params())}
 
 
-def ours_decode(size: str, precision: str, batches: list[np.ndarray], tokenizer_path: str, work: str) -> float:
-    """Through the exported SavedModel (fixed output length), as a server would run it."""
+def ours_decode(size: str, dtype: str, batches: list[np.ndarray], tokenizer_path: str, work: str) -> float:
+    """Through the exported SavedModel (fixed output length), as a server would run it.
+
+    ``dtype`` as ``tft-export --dtype``: bfloat16 stores the weights in bfloat16.
+    """
     import tensorflow_text  # noqa: F401
 
     from tf_transformer.export import export_translator
+    from tf_transformer.model import inference_copy
     from tf_transformer.translator import Translator
 
     config = get_config(size, vocab_size=FLAGS.vocab_size)
-    model = build_transformer(config, dtype=precision)
+    model = build_transformer(config)
+    if dtype != "float32":
+        model = inference_copy(model, dtype)
     translator = Translator(
         model,
         pipelines.Tokenizer(tokenizer_path),
@@ -118,7 +125,7 @@ def ours_decode(size: str, precision: str, batches: list[np.ndarray], tokenizer_
         min_length=FLAGS.output_tokens,
         max_length=FLAGS.output_tokens,
     )
-    path = export_translator(translator, tokenizer_path, os.path.join(work, f"ours_{size}_{precision}", "1"))
+    path = export_translator(translator, tokenizer_path, os.path.join(work, f"ours_{size}_{dtype}", "1"))
     translate = tf.saved_model.load(path).signatures["translate_ids"]
     outputs = translate(inputs=tf.constant(batches[0]))["ids"].numpy()
     assert outputs.shape[1] == FLAGS.output_tokens, outputs.shape
@@ -322,8 +329,9 @@ def measure_size(size: str, batches, tokenizer_path: str, work: str, peaks: dict
         for precision in ("float32", "mixed_bfloat16"):
             train[f"ours_{precision}"] = ours_train(size, precision, peaks)
             log(f"train ours {precision}", train[f"ours_{precision}"])
-            decode[f"ours_{precision}"] = round(ours_decode(size, precision, batches, tokenizer_path, work), 1)
-            log(f"decode ours {precision}", decode[f"ours_{precision}"])
+        for dtype in ("float32", "bfloat16"):
+            decode[f"ours_{dtype}"] = round(ours_decode(size, dtype, batches, tokenizer_path, work), 1)
+            log(f"decode ours {dtype}", decode[f"ours_{dtype}"])
     if "keras_hub" in systems:
         for precision in ("float32", "mixed_bfloat16"):
             train[f"keras_hub_{precision}"] = keras_hub_train(size, precision)

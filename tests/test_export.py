@@ -117,6 +117,34 @@ def test_fresh_process_loads_with_both_loaders_and_matches(run_dir, exported):
     assert expected[1] == "" and expected[2] == ""
 
 
+def test_bfloat16_export_loads_in_a_fresh_process_and_translates(run_dir, tmp_path):
+    """``--dtype bfloat16``: bfloat16 variables in the SavedModel; both loaders run it."""
+    output = tmp_path / "tiny_bf16" / "1"
+    result = subprocess.run(
+        [str(BIN / "tft-export"), "--model_dir", str(run_dir), "--output", str(output), "--extra_length", "10"]
+        + ["--dtype", "bfloat16"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    prefix = str(output / "variables" / "variables")
+    values = [tf.train.load_variable(prefix, name) for name, _ in tf.train.list_variables(prefix)]
+    float_dtypes = {v.dtype.name for v in values if isinstance(v, np.ndarray) and v.dtype.kind in "fV"}
+    assert float_dtypes == {"bfloat16"}, float_dtypes
+    result = subprocess.run(
+        [sys.executable, "-c", LOADERS, str(output), json.dumps(SENTENCES)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert loaded["tf2"] == loaded["v1"] and len(loaded["tf2"]) == len(SENTENCES)
+    assert loaded["tf2"][1] == "" and all(np.isfinite(loaded["scores"]))
+
+
 def test_existing_export_is_not_overwritten(run_dir, exported):
     with pytest.raises(FileExistsError, match="exists"):
         export_run(str(run_dir), str(exported))

@@ -165,3 +165,20 @@ def test_model_info_cli():
     assert info["params"] == tiny_model(vocab_size=300).count_params()
     bad = subprocess.run([str(script), "--config", "huge"], capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "--config" in bad.stderr
+
+
+def test_inference_copy_holds_bfloat16_weights_and_matches_mixed_precision():
+    """bfloat16 weights give what mixed_bfloat16 computes (its matmuls see the same bfloat16 inputs)."""
+    from tf_transformer.model import inference_copy
+
+    model = build_transformer(get_config("tiny"))
+    copy = inference_copy(model, "bfloat16")
+    mixed = inference_copy(model, "mixed_bfloat16")
+    assert {w.dtype for w in copy.weights} == {"bfloat16"}
+    assert {w.dtype for w in mixed.weights} == {"float32"}
+    ids = {"inputs": np.array([[5, 6, 7, 3]], "int32"), "targets": np.array([[2, 8, 9, 10]], "int32")}
+    reference = np.asarray(model(ids, training=False))
+    got = np.asarray(copy(ids, training=False))
+    assert got.dtype == np.float32  # logits stay float32
+    np.testing.assert_allclose(got, np.asarray(mixed(ids, training=False)), atol=0.05)
+    np.testing.assert_allclose(got, reference, atol=0.1)

@@ -85,14 +85,20 @@ def export_run(
     overwrite: bool = False,
     min_length: int = 0,
     max_length: int | None = None,
+    dtype: str | None = None,
 ) -> str:
     """Exports the run in ``model_dir`` (its averaged or newest checkpoint) to ``output``.
 
     The decoding settings (beam, α, length limits) are fixed in the exported graph.
+    ``dtype`` (e.g. ``"bfloat16"``) stores and computes the weights in that dtype
+    (:func:`~tf_transformer.model.inference_copy`); by default float32.
     """
+    from tf_transformer.model import inference_copy
     from tf_transformer.training.trainer import restore_model
 
     model, config = restore_model(model_dir, checkpoint or default_checkpoint(model_dir))
+    if dtype is not None and dtype != model.dtype_policy.name:
+        model = inference_copy(model, dtype)
     vocabulary = os.path.join(model_dir, "sp.model")
     translator = Translator(
         model,
