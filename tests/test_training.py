@@ -79,6 +79,13 @@ def test_label_smoothed_loss_matches_numpy_and_ignores_padding():
     assert unsmoothed == pytest.approx(nll[mask].mean(), rel=1e-5)
     # Half-precision logits: the loss is still computed in float32.
     assert LabelSmoothedCrossEntropy(eps)(labels, tf.cast(logits, tf.bfloat16)).dtype == tf.float32
+    # Gradient: (softmax − q) at non-padding positions, divided by their count.
+    variable = tf.Variable(logits)
+    with tf.GradientTape() as tape:
+        value = LabelSmoothedCrossEntropy(eps)(labels, variable)
+    softmax = np.exp(log_probs)
+    expected_gradient = (softmax - target) * mask[..., None] / mask.sum()
+    np.testing.assert_allclose(np.asarray(tape.gradient(value, variable)), expected_gradient, atol=1e-6)
 
 
 def test_token_metrics():

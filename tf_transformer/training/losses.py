@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 PAD_ID = 0
 
 
 def _token_nll(labels, logits):
-    """Per-token −log p(label) and log-probabilities, in float32. ``[batch, len]``, ``[batch, len, vocab]``."""
-    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)  # [batch, len, vocab]
-    labels = ops.cast(labels, "int32")
-    picked = ops.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]  # [batch, len]
-    return -picked, log_probs
+    """Per-token −log p(label) = logsumexp(logits) − logit(label), ``[batch, len]`` in float32.
+
+    For metrics (no gradient): a gather picks the label's logit, where the fused
+    cross-entropy op would also write the whole softmax as its gradient.
+    """
+    logits = ops.cast(logits, "float32")  # [batch, len, vocab]
+    picked = ops.take_along_axis(logits, ops.cast(labels, "int32")[..., None], axis=-1)[..., 0]  # [batch, len]
+    return ops.logsumexp(logits, axis=-1) - picked
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -36,10 +40,18 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         self.pad_id = pad_id
 
     def call(self, y_true, y_pred):
-        nll, log_probs = _token_nll(y_true, y_pred)  # [batch, len], [batch, len, vocab]
+        logits = ops.cast(y_pred, "float32")  # [batch, len, vocab]
+        labels = ops.cast(y_true, "int32")  # [batch, len]
         if self.label_smoothing:
-            uniform = -ops.mean(log_probs, axis=-1)  # [batch, len]: cross-entropy with the uniform distribution
-            nll = (1.0 - self.label_smoothing) * nll + self.label_smoothing * uniform
+            # −Σ q log p with q = (1 − ε)·one_hot + ε/V: (1 − ε)·nll + ε·(−mean log p). One fused
+            # op computes it and its gradient (softmax − q); picking log p(label) with a gather
+            # instead made the backward pass scatter into the whole [batch, len, vocab] tensor.
+            vocab = ops.shape(logits)[-1]
+            off = self.label_smoothing / ops.cast(vocab, "float32")
+            target = tf.one_hot(labels, vocab, on_value=1.0 - self.label_smoothing + off, off_value=off)
+            nll = tf.nn.softmax_cross_entropy_with_logits(labels=target, logits=logits)  # [batch, len]
+        else:
+            nll = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)  # [batch, len]
         mask = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")  # [batch, len]
         return ops.sum(nll * mask) / ops.maximum(ops.sum(mask), 1.0)
 
@@ -87,7 +99,7 @@ class TokenPerplexity(keras.metrics.Metric):
         self.total = self.add_variable(shape=(), initializer="zeros", name="total", dtype="float32")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        nll, _ = _token_nll(y_true, y_pred)
+        nll = _token_nll(y_true, y_pred)
         mask = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
         self.nll.assign_add(ops.sum(nll * mask))
         self.total.assign_add(ops.sum(mask))
