@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import platform
 import time
 
 import keras
@@ -9,6 +11,28 @@ import numpy as np
 import tensorflow as tf
 
 import pipelines
+
+
+def machine() -> str:
+    """The CPU as benchmarks record it: model, cores, and the matrix units that decide bfloat16 speed.
+
+    Speeds differ several-fold between CPUs with AMX / AVX-512 and AVX2-only ones
+    (bfloat16 is slower than float32 without native support), so every result names it.
+    """
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    units = [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f in flags]
+    return f"{platform.machine()} {model}, {os.cpu_count()} cores" + (f" ({' '.join(units)})" if units else "")
 
 
 def matmul_peak(dtype: str, n: int = 2048, repeats: int = 10) -> float:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 import tempfile
 
@@ -24,7 +23,7 @@ import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 import pipelines  # noqa: E402
-from benchmarks.common import source_batches, timed  # noqa: E402
+from benchmarks.common import machine, source_batches, timed  # noqa: E402
 from configs import get_config  # noqa: E402
 from tf_transformer import build_transformer  # noqa: E402
 from tf_transformer.translator import Translator  # noqa: E402
@@ -90,7 +89,7 @@ def main(argv):
                 "sentences": len(lines),
                 "output_tokens": FLAGS.output_tokens,
                 "results": {r["config"]: r for r in results},
-                "machine": f"{platform.machine()} {os.cpu_count()} cores",
+                "machine": machine(),
                 "tensorflow": tf.__version__,
                 "numpy": np.__version__,
             }

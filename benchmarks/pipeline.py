@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -21,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
+from benchmarks.common import machine  # noqa: E402
 from pipelines import Tokenizer, find_split, train_sentencepiece, training_dataset  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -101,7 +101,7 @@ def main(argv):
         "tokens_per_second_from_cache": round(best["target"] / best["seconds"]),
         "tokens_per_second_from_text": round(from_text["target"] / from_text_seconds),
         "vocab_seconds": round(vocab_seconds, 2),
-        "machine": f"{platform.machine()} {os.cpu_count()} cores",
+        "machine": machine(),
         "tensorflow": tf.__version__,
     }
     print(json.dumps(result))

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags, logging  # noqa: E402
+
+from benchmarks.common import machine  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data", "../shared/data/multi30k", "Corpus directory ({split}.{src} / {split}.{tgt}).")
@@ -146,7 +147,7 @@ def main(argv):
         "tokens_per_batch": FLAGS.tokens or config.tokens_per_batch,
         "vocab_size": FLAGS.vocab_size or config.vocab_size,
         "precision": FLAGS.precision,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "machine": machine(),
         "tensorflow": tf.__version__,
     }
     print(json.dumps(result))

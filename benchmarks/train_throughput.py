@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import sys
 
@@ -24,7 +23,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from benchmarks.common import StepTimer, matmul_peak  # noqa: E402
+from benchmarks.common import StepTimer, machine, matmul_peak  # noqa: E402
 from configs import get_config  # noqa: E402
 from tf_transformer import build_transformer  # noqa: E402
 from tf_transformer.flops import training_flops  # noqa: E402
@@ -86,7 +85,7 @@ def main(argv):
                 "batch": [FLAGS.batch, FLAGS.src_len, FLAGS.tgt_len],
                 "peak_matmul_flops": {k: round(v) for k, v in peaks.items()},
                 "results": results,
-                "machine": f"{platform.machine()} {os.cpu_count()} cores",
+                "machine": machine(),
                 "tensorflow": tf.__version__,
             }
         )
