@@ -19,7 +19,7 @@ def machine() -> str:
     Speeds differ several-fold between CPUs with AMX / AVX-512 and AVX2-only ones
     (bfloat16 is slower than float32 without native support), so every result names it.
     """
-    model, flags = platform.processor() or platform.machine(), set()
+    model, flags = platform.processor(), set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -32,7 +32,8 @@ def machine() -> str:
     except OSError:
         pass
     units = [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f in flags]
-    return f"{platform.machine()} {model}, {os.cpu_count()} cores" + (f" ({' '.join(units)})" if units else "")
+    name = " ".join(part for part in (platform.machine(), model) if part)
+    return f"{name}, {os.cpu_count()} cores" + (f" ({' '.join(units)})" if units else "")
 
 
 def matmul_peak(dtype: str, n: int = 2048, repeats: int = 10) -> float:

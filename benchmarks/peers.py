@@ -98,8 +98,9 @@ def ours_train(size: str, precision: str, peaks: dict) -> dict:
         keras.config.set_dtype_policy("float32")
     flops = training_flops(config, FLAGS.train_batch, FLAGS.src_len, FLAGS.tgt_len)
     achieved = flops * speed / (FLAGS.train_batch * FLAGS.tgt_len)
-    # The peak is re-measured next to each step measurement and the best kept: on a shared
-    # machine one early measurement can come out low (it once gave an MFU above 1).
+    # The peak is re-measured beside each step measurement, and this MFU divides by the best
+    # peak measured so far: on a shared machine one measurement at start-up can come out low
+    # (it once gave an MFU above 1).
     key = "bfloat16" if "bfloat16" in precision else "float32"
     peaks[key] = peak = max(peaks[key], matmul_peak(key))
     return {"tokens_per_second": round(speed), "mfu": round(achieved / peak, 4), "params": int(model.count_params())}

@@ -24,8 +24,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags, logging  # noqa: E402
 
-from benchmarks.common import machine  # noqa: E402
-
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data", "../shared/data/multi30k", "Corpus directory ({split}.{src} / {split}.{tgt}).")
 flags.DEFINE_string("src", "en", "Source language.")
@@ -54,6 +52,7 @@ def main(argv):
     del argv
     import tensorflow as tf
 
+    from benchmarks.common import machine
     from configs import get_config, parse_overrides
     from tf_transformer.averaging import average_checkpoints, last_checkpoints
     from tf_transformer.evaluation import score
