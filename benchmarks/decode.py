@@ -17,6 +17,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as tf_transformer does: set before TensorFlow loads
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402

@@ -25,6 +25,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as tf_transformer does: set before TensorFlow loads
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

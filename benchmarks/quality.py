@@ -21,6 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as tf_transformer does: set before TensorFlow loads
 
 from absl import app, flags, logging  # noqa: E402
 

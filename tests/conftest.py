@@ -4,6 +4,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # the kernels tf_transformer picks (see its __init__)
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
