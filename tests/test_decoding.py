@@ -24,10 +24,10 @@ def test_cached_steps_equal_the_full_forward_pass(overrides):
     targets = np.concatenate([np.full((2, 1), BOS_ID), RNG.integers(4, 256, (2, 6))], axis=1).astype("int32")
     full = np.asarray(model({"inputs": source, "targets": targets}, training=False))  # [2, 7, vocab]
     memory, memory_mask = model.encode(source, training=False)
-    memory_key_values = model.decoder.memory_key_values(memory)
+    constants = model.decoder.decoding_constants(memory)
     caches = model.decoder.empty_cache(2, 10, memory.dtype)
     for step in range(targets.shape[1]):
-        logits, caches = model.decode_step(targets[:, step], caches, memory_key_values, memory_mask, step)
+        logits, caches = model.decode_step(targets[:, step], caches, constants, memory_mask, step)
         np.testing.assert_allclose(np.asarray(logits), full[:, step], atol=1e-4)
 
 
@@ -163,14 +163,14 @@ def test_decode_step_compiles_with_xla():
     model = build_transformer(get_config("tiny"))
     source = RNG.integers(4, 256, (2, 5)).astype("int32")
     memory, memory_mask = model.encode(source, training=False)
-    memory_key_values = model.decoder.memory_key_values(memory)
+    constants = model.decoder.decoding_constants(memory)
     caches = model.decoder.empty_cache(2, 6, memory.dtype)
     step = tf.function(model.decode_step, jit_compile=True)
     eager_caches = caches
     ids = np.full([2], BOS_ID, np.int32)
     for position in range(3):
-        logits, caches = step(ids, caches, memory_key_values, memory_mask, tf.constant(position))
-        expected, eager_caches = model.decode_step(ids, eager_caches, memory_key_values, memory_mask, position)
+        logits, caches = step(ids, caches, constants, memory_mask, tf.constant(position))
+        expected, eager_caches = model.decode_step(ids, eager_caches, constants, memory_mask, position)
         np.testing.assert_allclose(np.asarray(logits), np.asarray(expected), atol=1e-4)
         ids = np.asarray(tf.argmax(logits, -1), np.int32)
 

@@ -121,18 +121,18 @@ class Transformer(keras.Model):
         )  # [batch, tgt_len, d_model]
         return self.target_embedding(hidden, reverse=True)  # [batch, tgt_len, vocab]
 
-    def decode_step(self, target_ids, cache, memory_key_values, memory_mask, step):
+    def decode_step(self, target_ids, cache, constants, memory_mask, step):
         """Incremental decoding: ids ``[batch * size]`` at position ``step`` → float32 logits ``[batch * size, vocab]``.
 
         ``size`` hypotheses (beams) per sentence, consecutive. ``cache`` comes
         from ``decoder.empty_cache(batch, max_len, dtype, size)``,
-        ``memory_key_values`` from ``decoder.memory_key_values(memory)`` and
+        ``constants`` from ``decoder.decoding_constants(memory)`` (once per search) and
         ``memory_mask`` from :meth:`encode` (``[batch, …]``, not per beam);
         returns ``(logits, cache)``.
         """
         embedded = self.target_embedding(target_ids[:, None])  # [batch * size, 1, d_model]
-        hidden, cache = self.decoder.decode_step(embedded, cache, memory_key_values, memory_mask, step)
-        return self.target_embedding(hidden, reverse=True)[:, 0], cache  # [batch * size, vocab]
+        hidden, cache = self.decoder.decode_step(embedded, cache, constants, memory_mask, step)  # [batch * size, d]
+        return self.target_embedding(hidden, reverse=True), cache  # [batch * size, vocab]
 
     def call(self, inputs, training=None):
         memory, memory_mask = self.encode(inputs["inputs"], training=training)

@@ -81,13 +81,14 @@ class Translator(tf.Module):
         memory, memory_mask = model.encode(inputs, training=False)  # [batch, src_len, d_model]
 
         if use_cache:
-            # Encoder-decoder keys and values once per sentence, shared by its beams.
-            memory_key_values = model.decoder.memory_key_values(memory)
+            # Encoder-decoder keys and values once per sentence, shared by its beams;
+            # the decoder's kernels laid out for one-row-per-hypothesis products.
+            constants = model.decoder.decoding_constants(memory)
             cache = model.decoder.empty_cache(batch, max_length, memory.dtype, beam_size=beam_size)
             reorder_cache = model.decoder.reorder_cache
 
             def step_fn(ids, cache, step):
-                logits, cache = model.decode_step(ids, cache, memory_key_values, memory_mask, step)
+                logits, cache = model.decode_step(ids, cache, constants, memory_mask, step)
                 return tf.nn.log_softmax(logits, axis=-1), cache  # [batch * beam, vocab]
         else:
             # Every beam of a sentence runs the full decoder: tile to [batch * beam, ...].

@@ -5,6 +5,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from tf_transformer.layers.decoding_kernels import project, transposed_kernel
+
 # Masked scores are replaced by this value *after* casting to float32, so the
 # softmax gives padded keys a weight of exactly 0 under float16 and bfloat16 too
 # (float16 cannot hold -1e9; adding a mask in float16 would overflow to -inf and
@@ -182,31 +184,46 @@ class MultiHeadAttention(keras.layers.Layer):
         return key, value
 
     def _group_heads(self, x, groups, depth):
-        """``[groups * size, 1, heads * depth]`` → ``[groups, heads, size, depth]``."""
+        """``[groups * size, heads * depth]`` rows → ``[groups, heads, size, depth]``."""
         x = ops.reshape(x, (groups, -1, self.num_heads, depth))  # [groups, size, heads, depth]
         return ops.transpose(x, (0, 2, 1, 3))  # [groups, heads, size, depth]
 
     def _ungroup_heads(self, x):
-        """``[groups, heads, size, d_v]`` → ``[groups * size, 1, heads * d_v]``."""
+        """``[groups, heads, size, d_v]`` → ``[groups * size, heads * d_v]`` rows."""
         x = ops.transpose(x, (0, 2, 1, 3))  # [groups, size, heads, d_v]
-        return ops.reshape(x, (-1, 1, self.num_heads * self.value_dim))
+        return ops.reshape(x, (-1, self.num_heads * self.value_dim))
 
-    def attend(self, query, key_heads, value_heads, attention_mask=None):
-        """One query token per hypothesis over keys shared by groups of hypotheses (inference only).
+    def decoding_weights(self, self_attention: bool) -> dict:
+        """This layer's kernels laid out for :meth:`attend`, prepared once per search.
 
-        ``query`` is ``[groups * size, 1, d]``: consecutive rows form a group (the
-        beams of one sentence) that attends over the same ``key_heads``
-        ``[groups, heads, k_len, d_k]`` and ``value_heads`` ``[groups, heads,
-        k_len, d_v]``, so keys and values are never copied per beam. The group's
-        queries take the place of the query positions of eq. 1, so
-        ``attention_mask`` is broadcastable to ``[groups, heads, size, k_len]``.
-        With groups of one this is plain attention of a single position.
-        Returns ``[groups * size, 1, output_dim]``.
+        ``input`` projects a hypothesis's row to its query, and for
+        self-attention to its query, key and value in one product
+        (``[h·d_k | h·d_k | h·d_v]`` wide); ``output`` is W^O. See
+        :mod:`tf_transformer.layers.decoding_kernels`.
+        """
+        inputs = [self.query_dense, self.key_dense, self.value_dense] if self_attention else [self.query_dense]
+        return {
+            "input": transposed_kernel(inputs, self.compute_dtype),
+            "output": transposed_kernel([self._output_dense], self.compute_dtype),
+        }
+
+    def attend(self, query, key_heads, value_heads, weights, attention_mask=None):
+        """One query row per hypothesis over keys shared by groups of hypotheses (inference only).
+
+        ``query`` is ``[groups * size, h·d_k]``, already projected (with
+        ``weights["input"]`` of :meth:`decoding_weights`): consecutive rows
+        form a group (the beams of one sentence) that attends over the same
+        ``key_heads`` ``[groups, heads, k_len, d_k]`` and ``value_heads``
+        ``[groups, heads, k_len, d_v]``, so keys and values are never copied per
+        beam. The group's queries take the place of the query positions of
+        eq. 1, so ``attention_mask`` is broadcastable to ``[groups, heads, size,
+        k_len]``. With groups of one this is plain attention of a single
+        position. Returns ``[groups * size, output_dim]``.
         """
         groups = ops.shape(key_heads)[0]
-        q = self._group_heads(self.query_dense(query), groups, self.key_dim)  # [groups, heads, size, d_k]
+        q = self._group_heads(query, groups, self.key_dim)  # [groups, heads, size, d_k]
         heads, _ = self.attention(q, key_heads, value_heads, attention_mask=attention_mask, training=False)
-        return self._output_dense(self._ungroup_heads(heads))  # [groups * size, 1, output_dim]
+        return project(self._ungroup_heads(heads), weights["output"])  # [groups * size, output_dim]
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         output_dim = self.output_dim if self.output_dim is not None else query_shape[-1]

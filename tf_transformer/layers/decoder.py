@@ -8,6 +8,7 @@ from keras import ops
 from tensorflow.python.ops import control_flow_util
 
 from tf_transformer.layers.attention import MultiHeadAttention
+from tf_transformer.layers.decoding_kernels import project
 from tf_transformer.layers.encoder import LayerStack, ResidualSublayer, _layer_kwargs
 from tf_transformer.layers.feed_forward import PositionwiseFeedForward
 
@@ -159,47 +160,67 @@ class DecoderLayer(keras.layers.Layer):
     def compute_output_shape(self, x_shape, memory_shape):
         return x_shape
 
-    def decode_step(self, x, cache, memory_key_value, self_attention_mask, memory_mask, step):
+    def decoding_constants(self, memory):
+        """What :meth:`decode_step` reuses at every step of one search (inference only).
+
+        ``memory_key`` / ``memory_value``: the encoder-decoder keys and values
+        of ``memory`` ``[batch, src_len, d_model]`` split into heads, computed
+        once per sentence and shared by its hypotheses; and this layer's
+        kernels laid out for decoding (``decoding_weights`` of its sublayers).
+        """
+        memory_key, memory_value = self.cross_attention.project_key_value(memory)  # [batch, heads, src_len, d]
+        return {
+            "memory_key": memory_key,
+            "memory_value": memory_value,
+            "self_attention": self.self_attention.decoding_weights(self_attention=True),
+            "cross_attention": self.cross_attention.decoding_weights(self_attention=False),
+            "feed_forward": self.feed_forward.decoding_weights(),
+        }
+
+    def decode_step(self, x, cache, constants, self_attention_mask, memory_mask, step):
         """One incremental step (inference) of ``size`` hypotheses per sentence.
 
-        ``x`` is ``[batch * size, 1, d_model]`` at position ``step``. ``cache``
-        holds this layer's self-attention keys and values per sentence,
-        fixed-shape ``[batch, heads, max_len * size, d_k]`` (``d_v`` for values):
-        hypothesis ``k`` writes its new key and value into slot ``step * size +
-        k``, and ``self_attention_mask`` ``[batch, 1, size, slots]`` says which
-        of the first ``slots`` slots hold each hypothesis's own prefix (see
-        :meth:`Decoder.decode_step`); attention reads only those ``slots``. ``memory_key_value`` are the
-        encoder-decoder keys and values ``[batch, heads, src_len, d]``, computed
-        once per sentence and shared by its hypotheses. Returns
-        ``(output [batch * size, 1, d_model], cache)``.
+        ``x`` is ``[batch * size, d_model]``, one row per hypothesis, at
+        position ``step``. ``cache`` holds this layer's self-attention keys and
+        values per sentence, fixed-shape ``[batch, heads, max_len * size, d_k]``
+        (``d_v`` for values): hypothesis ``k`` writes its new key and value into
+        slot ``step * size + k``, and ``self_attention_mask`` ``[batch, 1, size,
+        slots]`` says which of the first ``slots`` slots hold each hypothesis's
+        own prefix (see :meth:`Decoder.decode_step`); attention reads only those
+        ``slots``. ``constants`` come from :meth:`decoding_constants`. Returns
+        ``(output [batch * size, d_model], cache)``.
         """
         attention = self.self_attention
         groups = ops.shape(cache["key"])[0]
+        self_weights = constants["self_attention"]
         updated = {}
 
         def self_attend(h):
-            for name, dense, depth in (
-                ("key", attention.key_dense, attention.key_dim),
-                ("value", attention.value_dense, attention.value_dim),
-            ):
-                new = attention._group_heads(dense(h), groups, depth)  # [batch, heads, size, depth]
+            widths = [attention.num_heads * attention.key_dim] * 2 + [attention.num_heads * attention.value_dim]
+            projected = project(h, self_weights["input"])  # [batch * size, h·d_k + h·d_k + h·d_v]
+            query, key, value = tf.split(projected, widths, axis=-1)  # [batch * size, h·d]
+            for name, new, depth in (("key", key, attention.key_dim), ("value", value, attention.value_dim)):
+                new = attention._group_heads(new, groups, depth)  # [batch, heads, size, depth]
                 updated[name] = write_slots(cache[name], ops.cast(new, cache[name].dtype), step)
             slots = ops.shape(self_attention_mask)[-1]  # (step + 1) * size, or every slot under XLA
             key = first_slots(updated["key"], slots)  # [batch, heads, slots, d_k]
             value = first_slots(updated["value"], slots)  # [batch, heads, slots, d_v]
-            return attention.attend(h, key, value, self_attention_mask)
+            return attention.attend(query, key, value, self_weights, self_attention_mask)
 
-        memory_key, memory_value = memory_key_value
+        def cross_attend(h):
+            weights = constants["cross_attention"]
+            query = project(h, weights["input"])  # [batch * size, h·d_k]
+            return self.cross_attention.attend(
+                query, constants["memory_key"], constants["memory_value"], weights, memory_mask
+            )  # [batch * size, d_model]
+
         sublayers = (
             (self.self_attention_residual, self_attend),
-            (
-                self.cross_attention_residual,
-                lambda h: self.cross_attention.attend(h, memory_key, memory_value, memory_mask),
-            ),
-            (self.feed_forward_residual, lambda h: self.feed_forward(h, training=False)),
+            (self.cross_attention_residual, cross_attend),
+            (self.feed_forward_residual, lambda h: self.feed_forward.decode_rows(h, constants["feed_forward"])),
         )
         for residual, sublayer in sublayers:
-            x = residual(x, sublayer=sublayer, training=False)  # [batch * size, 1, d_model]
+            x = residual(x, sublayer=sublayer, training=False)  # [batch * size, d_model]
         return x, updated
 
     def get_config(self):
@@ -249,13 +270,16 @@ class Decoder(LayerStack):
     def compute_output_shape(self, embedded_shape, memory_shape):
         return embedded_shape
 
-    def memory_key_values(self, memory):
-        """Every layer's encoder-decoder keys and values, computed once per sentence.
+    def decoding_constants(self, memory):
+        """Every layer's per-search constants for :meth:`decode_step` (inference only).
 
         ``memory`` is ``[batch, src_len, d_model]``, not repeated per beam: the
-        beams of a sentence share them (see ``MultiHeadAttention.attend``).
+        beams of a sentence share its encoder-decoder keys and values (see
+        ``MultiHeadAttention.attend``). The kernels are cast and laid out once
+        here, outside the decoding loop (see
+        :mod:`tf_transformer.layers.decoding_kernels`).
         """
-        return [layer.cross_attention.project_key_value(memory) for layer in self.decoder_layers]
+        return [layer.decoding_constants(memory) for layer in self.decoder_layers]
 
     def empty_cache(self, batch, max_length, dtype, beam_size=1):
         """The decoding cache of ``batch`` sentences × ``beam_size`` hypotheses, fixed-shape.
@@ -289,10 +313,11 @@ class Decoder(LayerStack):
         rows = ops.reshape(ops.cast(beams, "int32") + ops.arange(groups)[:, None] * size, (-1,))  # [batch * size]
         return {"history": ops.take(cache["history"], rows, axis=0), "layers": cache["layers"]}
 
-    def decode_step(self, embedded, cache, memory_key_values, memory_mask, step):
-        """``embedded`` ``[batch * size, 1, d_model]`` at position ``step`` → ``([batch * size, 1, d_model], cache)``.
+    def decode_step(self, embedded, cache, constants, memory_mask, step):
+        """``embedded`` ``[batch * size, 1, d_model]`` at position ``step`` → ``([batch * size, d_model], cache)``.
 
-        ``memory_mask`` is the ``[batch, 1, 1, src_len]`` source mask. The
+        ``constants`` come from :meth:`decoding_constants`; ``memory_mask`` is
+        the ``[batch, 1, 1, src_len]`` source mask. The
         self-attention mask is built once here for all layers: hypothesis ``k``
         sees slot ``l * size + k'`` when ``l <= step`` and its prefix's token
         ``l`` was written by hypothesis ``k'``. Only the ``step + 1`` positions
@@ -312,9 +337,9 @@ class Decoder(LayerStack):
             history[:, :seen, None] == ops.arange(size)[None, None, :], (positions[:seen] <= step)[None, :, None]
         )  # [batch * size, seen, size]
         self_mask = ops.reshape(visible, (groups, 1, size, seen * size))  # [batch, 1, size, seen * size]
-        x = embedded + self.position_layer(embedded, start_index=step)[None]  # [batch * size, 1, d_model]
+        x = (embedded + self.position_layer(embedded, start_index=step)[None])[:, 0]  # [batch * size, d_model]
         layer_caches = []
-        for layer, layer_cache, key_value in zip(self.decoder_layers, cache["layers"], memory_key_values, strict=True):
-            x, layer_cache = layer.decode_step(x, layer_cache, key_value, self_mask, memory_mask, step)
+        for layer, layer_cache, layer_constants in zip(self.decoder_layers, cache["layers"], constants, strict=True):
+            x, layer_cache = layer.decode_step(x, layer_cache, layer_constants, self_mask, memory_mask, step)
             layer_caches.append(layer_cache)
         return self._finish(x), {"history": history, "layers": layer_caches}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 
@@ -45,9 +46,13 @@ class SharedEmbedding(keras.layers.Layer):
 
     def call(self, x, reverse=False):
         if reverse:
-            kernel = ops.cast(self.embeddings, self.compute_dtype)
-            logits = ops.matmul(x, ops.transpose(kernel))  # [batch, len, vocab]
-            return ops.cast(logits, "float32")
+            kernel = ops.cast(self.embeddings, self.compute_dtype)  # [vocab, d_model]
+            rows = ops.reshape(x, (-1, self.d_model))  # [batch * len, d_model]
+            # x Eᵀ as one 2-D matmul with a transposed operand: transposing E
+            # itself copies the whole [vocab, d_model] matrix on every call.
+            logits = tf.linalg.matmul(rows, kernel, transpose_b=True)  # [batch * len, vocab]
+            logits = tf.reshape(logits, tf.concat([tf.shape(x)[:-1], [self.vocab_size]], axis=0))
+            return ops.cast(logits, "float32")  # [batch, len, vocab]
         x = ops.take(self.embeddings, ops.cast(x, "int32"), axis=0)  # [batch, len, d_model]
         x = ops.cast(x, self.compute_dtype)
         if self.scale:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import keras
 
+from tf_transformer.layers.decoding_kernels import project, transposed_kernel
+
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class PositionwiseFeedForward(keras.layers.Layer):
@@ -49,6 +51,18 @@ class PositionwiseFeedForward(keras.layers.Layer):
         hidden = self.inner(x)  # [batch, len, d_ff]
         hidden = self.inner_dropout(hidden, training=training)
         return self.outer(hidden)  # [batch, len, output_dim]
+
+    def decoding_weights(self) -> dict:
+        """W1, b1, W2, b2 laid out for :meth:`decode_rows`, prepared once per search."""
+        return {
+            "inner": transposed_kernel([self.inner], self.compute_dtype),
+            "outer": transposed_kernel([self.outer], self.compute_dtype),
+        }
+
+    def decode_rows(self, rows, weights):
+        """FFN of ``rows`` ``[n, d_model]`` with :meth:`decoding_weights` (inference: no dropout)."""
+        hidden = self.inner.activation(project(rows, weights["inner"]))  # [n, d_ff]
+        return project(hidden, weights["outer"])  # [n, output_dim]
 
     def compute_output_shape(self, x_shape):
         output_dim = self.output_dim if self.output_dim is not None else x_shape[-1]
