@@ -18,7 +18,8 @@ Same machine, same run, same threads (``--threads``), same model dimensions:
 
 Training: target tokens/s of optimizer steps on one identical batch
 (``--train_batch`` sentences × ``--src_len`` / ``--tgt_len`` tokens), float32 and
-each system's best CPU precision. Decoding: beam 4, batch 32, the first 512
+each system's best CPU precision (Hugging Face's bfloat16 training only on CPUs
+with bfloat16 hardware unless ``--hf_bfloat16_train=always``). Decoding: beam 4, batch 32, the first 512
 sentences of newstest2013 tokenized by a SentencePiece model trained on them
 (the same ids for all), every output forced to ``--output_tokens`` tokens so
 every system does the same work; target tokens/s. Weights are random: this
@@ -44,7 +45,14 @@ import tensorflow as tf  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
 import pipelines  # noqa: E402
-from benchmarks.common import StepTimer, machine, matmul_peak, source_batches, timed  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    StepTimer,
+    has_bfloat16_hardware,
+    machine,
+    matmul_peak,
+    source_batches,
+    timed,
+)
 from configs import get_config  # noqa: E402
 from tf_transformer import build_transformer  # noqa: E402
 from tf_transformer.flops import training_flops  # noqa: E402
@@ -64,6 +72,13 @@ flags.DEFINE_integer("src_len", 32, "Training source tokens per sentence.")
 flags.DEFINE_integer("tgt_len", 32, "Training target tokens per sentence.")
 flags.DEFINE_integer("steps", 8, "Timed training steps (after 2 warm-up steps; the median is reported).")
 flags.DEFINE_integer("threads", 2, "Threads for every system.")
+flags.DEFINE_enum(
+    "hf_bfloat16_train",
+    "auto",
+    ["auto", "always", "never"],
+    "Measure Hugging Face training under bfloat16 autocast: auto = only on CPUs with bfloat16 hardware "
+    "(emulated, it ran at 7-61 target tok/s on an AVX2 CPU: about 50 minutes for the base batches alone).",
+)
 
 PAD, EOS = pipelines.PAD_ID, pipelines.EOS_ID
 
@@ -358,7 +373,10 @@ def measure_size(size: str, batches, tokenizer_path: str, work: str, peaks: dict
 
         torch.set_num_threads(FLAGS.threads)
     if "hf" in systems:
-        for bf16 in (False, True):
+        hf_bf16_train = FLAGS.hf_bfloat16_train == "always" or (
+            FLAGS.hf_bfloat16_train == "auto" and has_bfloat16_hardware()
+        )
+        for bf16 in (False, True) if hf_bf16_train else (False,):
             name = f"hf_{'bfloat16' if bf16 else 'float32'}"
             train[name] = hf_train(size, bf16)
             log(f"train {name}", train[name])
@@ -434,6 +452,8 @@ def main(argv):
                 "output_tokens": FLAGS.output_tokens,
                 "train_batch": [FLAGS.train_batch, FLAGS.src_len, FLAGS.tgt_len],
                 "threads": FLAGS.threads,
+                "hf_bfloat16_train": FLAGS.hf_bfloat16_train,
+                "bfloat16_hardware": has_bfloat16_hardware(),
                 "machine": machine(),
                 "tensorflow": tf.__version__,
             }

@@ -16,9 +16,17 @@ from tf_transformer.translator import Translator
 RNG = np.random.default_rng(5)
 
 
-@pytest.mark.parametrize("overrides", [{}, {"pre_norm": True, "position": "learned"}])
-def test_cached_steps_equal_the_full_forward_pass(overrides):
-    model = build_transformer(get_config("tiny", **overrides))
+@pytest.mark.parametrize(
+    "overrides, dtype, atol",
+    [
+        ({}, None, 1e-4),
+        ({"pre_norm": True, "position": "learned"}, None, 1e-4),
+        ({"attention_bias": True, "key_dim": 8, "value_dim": 12}, None, 1e-4),  # fused q|k|v of unequal widths
+        ({}, "mixed_bfloat16", 3e-2),  # decoding kernels cast once per search instead of per call
+    ],
+)
+def test_cached_steps_equal_the_full_forward_pass(overrides, dtype, atol):
+    model = build_transformer(get_config("tiny", **overrides), dtype=dtype)
     source = RNG.integers(4, 256, (2, 7)).astype("int32")
     source[1, 5:] = 0
     targets = np.concatenate([np.full((2, 1), BOS_ID), RNG.integers(4, 256, (2, 6))], axis=1).astype("int32")
@@ -28,7 +36,7 @@ def test_cached_steps_equal_the_full_forward_pass(overrides):
     caches = model.decoder.empty_cache(2, 10, memory.dtype)
     for step in range(targets.shape[1]):
         logits, caches = model.decode_step(targets[:, step], caches, constants, memory_mask, step)
-        np.testing.assert_allclose(np.asarray(logits), full[:, step], atol=1e-4)
+        np.testing.assert_allclose(np.asarray(logits), full[:, step], atol=atol)
 
 
 def test_beam_1_equals_greedy():

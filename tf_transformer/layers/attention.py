@@ -191,7 +191,7 @@ class MultiHeadAttention(keras.layers.Layer):
     def _ungroup_heads(self, x):
         """``[groups, heads, size, d_v]`` → ``[groups * size, heads * d_v]`` rows."""
         x = ops.transpose(x, (0, 2, 1, 3))  # [groups, size, heads, d_v]
-        return ops.reshape(x, (-1, self.num_heads * self.value_dim))
+        return ops.reshape(x, (-1, self.num_heads * self.value_dim))  # [groups * size, heads * d_v]
 
     def decoding_weights(self, self_attention: bool) -> dict:
         """This layer's kernels laid out for :meth:`attend`, prepared once per search.
@@ -207,11 +207,11 @@ class MultiHeadAttention(keras.layers.Layer):
             "output": transposed_kernel([self._output_dense], self.compute_dtype),
         }
 
-    def attend(self, query, key_heads, value_heads, weights, attention_mask=None):
+    def attend(self, query, key_heads, value_heads, kernels, attention_mask=None):
         """One query row per hypothesis over keys shared by groups of hypotheses (inference only).
 
         ``query`` is ``[groups * size, h·d_k]``, already projected (with
-        ``weights["input"]`` of :meth:`decoding_weights`): consecutive rows
+        ``kernels["input"]`` of :meth:`decoding_weights`): consecutive rows
         form a group (the beams of one sentence) that attends over the same
         ``key_heads`` ``[groups, heads, k_len, d_k]`` and ``value_heads``
         ``[groups, heads, k_len, d_v]``, so keys and values are never copied per
@@ -223,7 +223,7 @@ class MultiHeadAttention(keras.layers.Layer):
         groups = ops.shape(key_heads)[0]
         q = self._group_heads(query, groups, self.key_dim)  # [groups, heads, size, d_k]
         heads, _ = self.attention(q, key_heads, value_heads, attention_mask=attention_mask, training=False)
-        return project(self._ungroup_heads(heads), weights["output"])  # [groups * size, output_dim]
+        return project(self._ungroup_heads(heads), kernels["output"])  # [groups * size, output_dim]
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         output_dim = self.output_dim if self.output_dim is not None else query_shape[-1]

@@ -192,26 +192,26 @@ class DecoderLayer(keras.layers.Layer):
         """
         attention = self.self_attention
         groups = ops.shape(cache["key"])[0]
-        self_weights = constants["self_attention"]
+        self_kernels = constants["self_attention"]
         updated = {}
 
         def self_attend(h):
             widths = [attention.num_heads * attention.key_dim] * 2 + [attention.num_heads * attention.value_dim]
-            projected = project(h, self_weights["input"])  # [batch * size, h·d_k + h·d_k + h·d_v]
-            query, key, value = tf.split(projected, widths, axis=-1)  # [batch * size, h·d]
-            for name, new, depth in (("key", key, attention.key_dim), ("value", value, attention.value_dim)):
+            projected = project(h, self_kernels["input"])  # [batch * size, h·d_k + h·d_k + h·d_v]
+            query, new_key, new_value = tf.split(projected, widths, axis=-1)  # [batch * size, h·d]
+            for name, new, depth in (("key", new_key, attention.key_dim), ("value", new_value, attention.value_dim)):
                 new = attention._group_heads(new, groups, depth)  # [batch, heads, size, depth]
                 updated[name] = write_slots(cache[name], ops.cast(new, cache[name].dtype), step)
             slots = ops.shape(self_attention_mask)[-1]  # (step + 1) * size, or every slot under XLA
             key = first_slots(updated["key"], slots)  # [batch, heads, slots, d_k]
             value = first_slots(updated["value"], slots)  # [batch, heads, slots, d_v]
-            return attention.attend(query, key, value, self_weights, self_attention_mask)
+            return attention.attend(query, key, value, self_kernels, self_attention_mask)
 
         def cross_attend(h):
-            weights = constants["cross_attention"]
-            query = project(h, weights["input"])  # [batch * size, h·d_k]
+            kernels = constants["cross_attention"]
+            query = project(h, kernels["input"])  # [batch * size, h·d_k]
             return self.cross_attention.attend(
-                query, constants["memory_key"], constants["memory_value"], weights, memory_mask
+                query, constants["memory_key"], constants["memory_value"], kernels, memory_mask
             )  # [batch * size, d_model]
 
         sublayers = (

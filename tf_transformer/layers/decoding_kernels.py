@@ -33,5 +33,5 @@ def project(rows, weights: dict):
     """``rows`` ``[n, in]`` times the kernel of :func:`transposed_kernel`, plus its bias: ``[n, Σ units]``."""
     output = tf.linalg.matmul(rows, weights["kernel"], transpose_b=True)  # [n, Σ units]
     if "bias" in weights:
-        output = output + weights["bias"]
+        output = output + weights["bias"]  # [n, Σ units]
     return output

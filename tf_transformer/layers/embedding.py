@@ -21,12 +21,12 @@ class SharedEmbedding(keras.layers.Layer):
       scale: multiply looked-up embeddings by √d_model.
 
     Call args:
-      x: ``int[batch, len]`` ids, or ``[batch, len, d_model]`` when ``reverse``.
+      x: ``int[batch, len]`` ids, or ``[..., d_model]`` (any leading shape) when ``reverse``.
       reverse: project onto the vocabulary (x Eᵀ) instead of looking up.
 
     Returns:
-      ``[batch, len, d_model]`` embeddings, or ``[batch, len, vocab_size]``
-      float32 logits when ``reverse``.
+      ``[batch, len, d_model]`` embeddings, or ``[..., vocab_size]`` float32
+      logits when ``reverse``.
     """
 
     def __init__(self, vocab_size: int, d_model: int, scale: bool = True, **kwargs):
@@ -47,12 +47,12 @@ class SharedEmbedding(keras.layers.Layer):
     def call(self, x, reverse=False):
         if reverse:
             kernel = ops.cast(self.embeddings, self.compute_dtype)  # [vocab, d_model]
-            rows = ops.reshape(x, (-1, self.d_model))  # [batch * len, d_model]
+            rows = ops.reshape(x, (-1, self.d_model))  # [rows, d_model]
             # x Eᵀ as one 2-D matmul with a transposed operand: transposing E
             # itself copies the whole [vocab, d_model] matrix on every call.
-            logits = tf.linalg.matmul(rows, kernel, transpose_b=True)  # [batch * len, vocab]
-            logits = tf.reshape(logits, tf.concat([tf.shape(x)[:-1], [self.vocab_size]], axis=0))
-            return ops.cast(logits, "float32")  # [batch, len, vocab]
+            logits = tf.linalg.matmul(rows, kernel, transpose_b=True)  # [rows, vocab]
+            logits = tf.reshape(logits, tf.concat([tf.shape(x)[:-1], [self.vocab_size]], axis=0))  # [..., vocab]
+            return ops.cast(logits, "float32")
         x = ops.take(self.embeddings, ops.cast(x, "int32"), axis=0)  # [batch, len, d_model]
         x = ops.cast(x, self.compute_dtype)
         if self.scale:
