@@ -19,12 +19,12 @@ Same machine, same run, same threads (``--threads``), same model dimensions:
 Training: target tokens/s of optimizer steps on one identical batch
 (``--train_batch`` sentences × ``--src_len`` / ``--tgt_len`` tokens), float32 and
 each system's best CPU precision (Hugging Face's bfloat16 training only on CPUs
-with bfloat16 hardware unless ``--hf_bfloat16_train=always``). Decoding: beam 4, batch 32, the first 512
-sentences of newstest2013 tokenized by a SentencePiece model trained on them
-(the same ids for all), every output forced to ``--output_tokens`` tokens so
-every system does the same work; target tokens/s. Weights are random: this
-measures speed only. Ratios are ours ÷ peer (best precision against best
-precision unless the key names one). The last line is one JSON object.
+with bfloat16 hardware unless ``--hf_bfloat16_train=always``). Decoding: beam 4,
+batch 32, the first 512 sentences of newstest2013 tokenized by a SentencePiece
+model trained on them (the same ids for all), every output forced to
+``--output_tokens`` tokens so every system does the same work; target tokens/s.
+Weights are random: this measures speed only. Ratios are ours ÷ peer (best
+precision against best precision unless the key names one). The last line is one JSON object.
 """
 
 from __future__ import annotations

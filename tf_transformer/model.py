@@ -215,10 +215,10 @@ def inference_copy(model: Transformer, dtype: str) -> Transformer:
     """``model`` with its weights stored, and computed, in ``dtype`` (``"bfloat16"``, ``"float16"``…).
 
     Under a mixed policy every layer casts its float32 variables to the compute
-    dtype on every call, which in a decoding loop was every step (a quarter of
-    bfloat16 decoding time on CPU; the decoder's kernels are now cast once per
-    search, the embedding still every step). Inference needs no float32 master weights:
-    this copy holds them in ``dtype`` once, so the matmuls see the same inputs
+    dtype on every call. In a decoding loop that was every step (a quarter of
+    bfloat16 decoding time on CPU); the decoder's kernels are now cast once per
+    search, but the shared embedding still every step. Inference needs no
+    float32 master weights: this copy holds them in ``dtype`` once, so the matmuls see the same inputs
     as under ``mixed_<dtype>`` without the casts. Layer norms still compute in
     float32 and attention's softmax and the logits stay float32.
     """
