@@ -25,6 +25,12 @@ model trained on them (the same ids for all), every output forced to
 ``--output_tokens`` tokens so every system does the same work; target tokens/s.
 Weights are random: this measures speed only. Ratios are ours ÷ peer (best
 precision against best precision unless the key names one). The last line is one JSON object.
+
+Systems are interleaved, because this kind of shared machine drifts by ±20 % over
+minutes: every system is built and warmed up first, then training runs in
+``--rounds`` rounds of a few steps of each system in turn, and decoding goes batch
+by batch, each batch through every system in turn (the order rotating). Measured
+one after another, a ratio could come out 20 % off depending on when each system ran.
 """
 
 from __future__ import annotations
@@ -51,7 +57,6 @@ from benchmarks.common import (  # noqa: E402
     machine,
     matmul_peak,
     source_batches,
-    timed,
 )
 from configs import get_config  # noqa: E402
 from tf_transformer import build_transformer  # noqa: E402
@@ -70,7 +75,8 @@ flags.DEFINE_integer("vocab_size", 8000, "Shared vocabulary size.")
 flags.DEFINE_integer("train_batch", 64, "Training sentences per batch.")
 flags.DEFINE_integer("src_len", 32, "Training source tokens per sentence.")
 flags.DEFINE_integer("tgt_len", 32, "Training target tokens per sentence.")
-flags.DEFINE_integer("steps", 8, "Timed training steps (after 2 warm-up steps; the median is reported).")
+flags.DEFINE_integer("steps", 8, "Timed training steps per system (after 2 warm-up steps; the median is reported).")
+flags.DEFINE_integer("rounds", 4, "Interleaved rounds the timed training steps are split into.")
 flags.DEFINE_integer("threads", 2, "Threads for every system.")
 flags.DEFINE_enum(
     "hf_bfloat16_train",
@@ -94,40 +100,42 @@ def _training_batch():
     return src, tgt
 
 
-def _keras_fit_speed(model, src, tgt) -> float:
+def _keras_fit_runner(model):
+    """``run(steps)`` → seconds of each of ``steps`` ``fit`` steps on the identical batch (warmed up here)."""
+    src, tgt = _training_batch()
     data = tf.data.Dataset.from_tensors(({"inputs": src, "targets": tgt}, tgt)).repeat()
-    timer = StepTimer()
-    model.fit(data, steps_per_epoch=FLAGS.steps + 2, epochs=1, verbose=0, callbacks=[timer])
-    return _median_tokens_per_second(timer.times[2:])
+
+    def run(steps: int) -> list[float]:
+        timer = StepTimer()
+        model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[timer])
+        return timer.times
+
+    run(2)  # tracing and first steps
+    return run
 
 
 # --- ours ------------------------------------------------------------------------------------------
 
 
-def ours_train(size: str, precision: str, peaks: dict) -> dict:
+def ours_trainer(size: str, precision: str):
+    """``(run, figures)``: our preset trained by Keras ``fit`` with the paper's loss and optimizer."""
     keras.config.set_dtype_policy(precision)
     try:
         config = get_config(size, vocab_size=FLAGS.vocab_size)
         model = compile_model(build_transformer(config), config)
-        speed = _keras_fit_speed(model, *_training_batch())
+        run = _keras_fit_runner(model)
     finally:
         keras.config.set_dtype_policy("float32")
-    flops = training_flops(config, FLAGS.train_batch, FLAGS.src_len, FLAGS.tgt_len)
-    # The peak is re-measured beside each step measurement and the MFU divides by the best
-    # peak of the whole run (see main): on a shared machine one measurement can come out low
-    # (a single start-up measurement once gave an MFU above 1).
-    key = "bfloat16" if "bfloat16" in precision else "float32"
-    peaks[key] = max(peaks[key], matmul_peak(key))
-    return {
-        "tokens_per_second": round(speed),
-        "achieved_flops": round(flops * speed / (FLAGS.train_batch * FLAGS.tgt_len)),
-        "peak_key": key,
+    figures = {
+        "flops_per_step": training_flops(config, FLAGS.train_batch, FLAGS.src_len, FLAGS.tgt_len),
+        "peak_key": "bfloat16" if "bfloat16" in precision else "float32",
         "params": int(model.count_params()),
     }
+    return run, figures
 
 
-def ours_decode(size: str, dtype: str, batches: list[np.ndarray], tokenizer_path: str, work: str) -> float:
-    """Through the exported SavedModel (fixed output length), as a server would run it.
+def ours_decoder(size: str, dtype: str, batches: list[np.ndarray], tokenizer_path: str, work: str):
+    """``run(i)`` decodes ``batches[i]`` through the exported SavedModel (fixed output length), as a server would.
 
     ``dtype`` as ``tft-export --dtype``: bfloat16 stores the weights in bfloat16.
     """
@@ -150,19 +158,19 @@ def ours_decode(size: str, dtype: str, batches: list[np.ndarray], tokenizer_path
     )
     path = export_translator(translator, tokenizer_path, os.path.join(work, f"ours_{size}_{dtype}", "1"))
     translate = tf.saved_model.load(path).signatures["translate_ids"]
-    outputs = translate(inputs=tf.constant(batches[0]))["ids"].numpy()
-    assert outputs.shape[1] == FLAGS.output_tokens, outputs.shape
-    return _decode_speed(batches, timed(lambda batch: translate(inputs=tf.constant(batch))["ids"].numpy(), batches))
 
+    def run(i):
+        outputs = translate(inputs=tf.constant(batches[i]))["ids"].numpy()
+        assert outputs.shape[1] == FLAGS.output_tokens, outputs.shape
 
-def _decode_speed(batches, seconds: float) -> float:
-    return sum(len(b) for b in batches) * FLAGS.output_tokens / seconds
+    return run
 
 
 # --- keras-hub -------------------------------------------------------------------------------------
 
 
-def keras_hub_train(size: str, precision: str) -> dict:
+def keras_hub_trainer(size: str, precision: str):
+    """``(run, figures)``: the same architecture from keras-hub layers, trained by ``fit``."""
     import keras_hub
 
     config = get_config(size, vocab_size=FLAGS.vocab_size)
@@ -190,10 +198,10 @@ def keras_hub_train(size: str, precision: str) -> dict:
             optimizer=keras.optimizers.Adam(1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         )
-        speed = _keras_fit_speed(model, *_training_batch())
+        run = _keras_fit_runner(model)
     finally:
         keras.config.set_dtype_policy("float32")
-    return {"tokens_per_second": round(speed), "params": int(model.count_params())}
+    return run, {"params": int(model.count_params())}
 
 
 # --- Hugging Face transformers (PyTorch) -----------------------------------------------------------
@@ -238,7 +246,8 @@ def marian(size: str):
     return MarianMTModel(marian_config)
 
 
-def hf_train(size: str, bf16: bool) -> dict:
+def hf_trainer(size: str, bf16: bool):
+    """``(run, figures)``: the Marian model trained by PyTorch Adam steps (bfloat16 autocast if ``bf16``)."""
     import torch
 
     model = marian(size)
@@ -246,40 +255,45 @@ def hf_train(size: str, bf16: bool) -> dict:
     src, tgt = (torch.from_numpy(x.astype("int64")) for x in _training_batch())
     decoder_inputs = torch.cat([torch.full_like(tgt[:, :1], FLAGS.vocab_size - 1), tgt[:, :-1]], dim=1)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-    times = []
-    for _ in range(FLAGS.steps + 2):
-        start = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = model(
-                input_ids=src, attention_mask=torch.ones_like(src), decoder_input_ids=decoder_inputs, labels=tgt
-            ).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - start)
-    return {"tokens_per_second": round(_median_tokens_per_second(times[2:])), "params": model.num_parameters()}
+
+    def run(steps: int) -> list[float]:
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = model(
+                    input_ids=src, attention_mask=torch.ones_like(src), decoder_input_ids=decoder_inputs, labels=tgt
+                ).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            times.append(time.perf_counter() - start)
+        return times
+
+    run(2)
+    return run, {"params": model.num_parameters()}
 
 
-def hf_decode(model, batches: list[np.ndarray]) -> float:
+def hf_decoder(model, batches: list[np.ndarray]):
+    """``run(i)``: ``generate`` on ``batches[i]`` (beam search, output length forced)."""
     import torch
 
     model.eval()
+    inputs = [torch.from_numpy(marian_ids(batch).astype("int64")) for batch in batches]
 
-    def run(batch):
-        ids = torch.from_numpy(marian_ids(batch).astype("int64"))
+    def run(i):
         with torch.inference_mode():
             out = model.generate(
-                input_ids=ids,
-                attention_mask=(ids != FLAGS.vocab_size - 1).long(),
+                input_ids=inputs[i],
+                attention_mask=(inputs[i] != FLAGS.vocab_size - 1).long(),
                 num_beams=FLAGS.beam,
                 do_sample=False,
                 min_new_tokens=FLAGS.output_tokens,
                 max_new_tokens=FLAGS.output_tokens,
             )
         assert out.shape[1] == FLAGS.output_tokens + 1, out.shape  # the start token + the forced length
-        return out
 
-    return _decode_speed(batches, timed(run, batches))
+    return run
 
 
 # --- CTranslate2 -------------------------------------------------------------------------------------
@@ -304,7 +318,8 @@ def ct2_models(model, work: str) -> str:
     return ct2_dir, names
 
 
-def ct2_decode(ct2_dir: str, names: list[str], compute_type: str, batches: list[np.ndarray]) -> float:
+def ct2_decoder(ct2_dir: str, names: list[str], compute_type: str, batches: list[np.ndarray]):
+    """``run(i)``: CTranslate2's ``translate_batch`` on ``batches[i]`` (as tokens; output length forced)."""
     import ctranslate2
 
     translator = ctranslate2.Translator(
@@ -313,9 +328,9 @@ def ct2_decode(ct2_dir: str, names: list[str], compute_type: str, batches: list[
     last = FLAGS.vocab_size - 1
     token_batches = [[[names[i] for i in marian_ids(row) if i != last] for row in batch] for batch in batches]
 
-    def run(tokens):
+    def run(i):
         results = translator.translate_batch(
-            tokens,
+            token_batches[i],
             beam_size=FLAGS.beam,
             max_batch_size=FLAGS.batch,
             min_decoding_length=FLAGS.output_tokens,
@@ -323,9 +338,8 @@ def ct2_decode(ct2_dir: str, names: list[str], compute_type: str, batches: list[
         )
         lengths = {len(r.hypotheses[0]) for r in results}
         assert lengths == {FLAGS.output_tokens}, lengths
-        return results
 
-    return _decode_speed(batches, timed(run, token_batches))
+    return run
 
 
 # --- driver ------------------------------------------------------------------------------------------
@@ -353,43 +367,100 @@ def _set_mfu(result: dict, ours: dict, peaks: dict) -> None:
     result["train_mfu_precision"] = best_key.removeprefix("ours_")
 
 
+def _rotated(names: list[str], offset: int) -> list[str]:
+    offset %= len(names)
+    return names[offset:] + names[:offset]
+
+
+def interleaved_training(runners: dict, log) -> dict:
+    """Target tokens/s of each ``run(steps)`` in ``runners``: ``--rounds`` interleaved rounds, median step.
+
+    Every round times ``--steps / --rounds`` steps of each system in turn (the
+    order rotating), so a slow phase of a shared machine hits all systems alike
+    instead of whichever ran then.
+    """
+    per_round = max(1, FLAGS.steps // FLAGS.rounds)
+    times = {name: [] for name in runners}
+    for round_ in range(FLAGS.rounds):
+        for name in _rotated(list(runners), round_):
+            times[name] += runners[name](per_round)
+    speeds = {name: _median_tokens_per_second(t) for name, t in times.items()}
+    for name, speed in speeds.items():
+        log(f"train {name}", round(speed))
+    return speeds
+
+
+def interleaved_decoding(runners: dict, batches: list[np.ndarray], log) -> dict:
+    """Target tokens/s of each ``run(i)`` in ``runners`` over all ``batches``, interleaved batch by batch.
+
+    Each system first decodes batch 0 once untimed (tracing, warm-up); then
+    every batch is decoded by every system in turn (the order rotating), so
+    drift of a shared machine's speed during the run falls on all systems alike.
+    """
+    for run in runners.values():
+        run(0)
+    seconds = dict.fromkeys(runners, 0.0)
+    for i in range(len(batches)):
+        for name in _rotated(list(runners), i):
+            start = time.perf_counter()
+            runners[name](i)
+            seconds[name] += time.perf_counter() - start
+    tokens = sum(len(b) for b in batches) * FLAGS.output_tokens
+    speeds = {name: round(tokens / spent, 1) for name, spent in seconds.items()}
+    for name, speed in speeds.items():
+        log(f"decode {name}", speed)
+    return speeds
+
+
 def measure_size(size: str, batches, tokenizer_path: str, work: str, peaks: dict) -> dict:
+    """Every system's training and decoding speed at ``size`` dimensions, systems interleaved."""
     systems = set(FLAGS.systems)
-    train, decode = {}, {}
     log = lambda what, value: print(f"[{size}] {what}: {value}", flush=True)  # noqa: E731
-    if "ours" in systems:
-        for precision in ("float32", "mixed_bfloat16"):
-            train[f"ours_{precision}"] = ours_train(size, precision, peaks)
-            log(f"train ours {precision}", train[f"ours_{precision}"])
-        for dtype in ("float32", "bfloat16"):
-            decode[f"ours_{dtype}"] = round(ours_decode(size, dtype, batches, tokenizer_path, work), 1)
-            log(f"decode ours {dtype}", decode[f"ours_{dtype}"])
-    if "keras_hub" in systems:
-        for precision in ("float32", "mixed_bfloat16"):
-            train[f"keras_hub_{precision}"] = keras_hub_train(size, precision)
-            log(f"train keras-hub {precision}", train[f"keras_hub_{precision}"])
+    trainers, figures, decoders = {}, {}, {}
     if systems & {"hf", "ct2"}:
         import torch
 
         torch.set_num_threads(FLAGS.threads)
+    if "ours" in systems:
+        for precision in ("float32", "mixed_bfloat16"):
+            trainers[f"ours_{precision}"], figures[f"ours_{precision}"] = ours_trainer(size, precision)
+    if "keras_hub" in systems:
+        for precision in ("float32", "mixed_bfloat16"):
+            trainers[f"keras_hub_{precision}"], figures[f"keras_hub_{precision}"] = keras_hub_trainer(size, precision)
     if "hf" in systems:
         hf_bf16_train = FLAGS.hf_bfloat16_train == "always" or (
             FLAGS.hf_bfloat16_train == "auto" and has_bfloat16_hardware()
         )
         for bf16 in (False, True) if hf_bf16_train else (False,):
             name = f"hf_{'bfloat16' if bf16 else 'float32'}"
-            train[name] = hf_train(size, bf16)
-            log(f"train {name}", train[name])
+            trainers[name], figures[name] = hf_trainer(size, bf16)
+    speeds = interleaved_training(trainers, log)
+    train = {name: {**figures[name], "tokens_per_second": round(speed)} for name, speed in speeds.items()}
+    for name, entry in train.items():
+        if name.startswith("ours"):
+            entry["achieved_flops"] = round(
+                entry.pop("flops_per_step") * speeds[name] / (FLAGS.train_batch * FLAGS.tgt_len)
+            )
+            # The peak is re-measured after each size's training and the MFU divides by the best
+            # peak of the whole run (see main): on a shared machine one measurement can come out
+            # low (a single start-up measurement once gave an MFU above 1).
+            peaks[entry["peak_key"]] = max(peaks[entry["peak_key"]], matmul_peak(entry["peak_key"]))
+    del trainers  # free the training models before decoding
+
+    if "ours" in systems:
+        for dtype in ("float32", "bfloat16"):
+            decoders[f"ours_{dtype}"] = ours_decoder(size, dtype, batches, tokenizer_path, work)
+    if "hf" in systems:
+        import copy
+
         model = marian(size)
-        decode["hf_float32"] = round(hf_decode(model, batches), 1)
-        log("decode hf float32", decode["hf_float32"])
-        decode["hf_bfloat16"] = round(hf_decode(model.to(torch.bfloat16), batches), 1)
-        log("decode hf bfloat16", decode["hf_bfloat16"])
+        decoders["hf_float32"] = hf_decoder(model, batches)
+        decoders["hf_bfloat16"] = hf_decoder(copy.deepcopy(model).to(torch.bfloat16), batches)
     if "ct2" in systems:
         ct2_dir, names = ct2_models(marian(size), os.path.join(work, f"ct2_{size}"))
         for compute_type in ("float32", "int8"):
-            decode[f"ct2_{compute_type}"] = round(ct2_decode(ct2_dir, names, compute_type, batches), 1)
-            log(f"decode ct2 {compute_type}", decode[f"ct2_{compute_type}"])
+            decoders[f"ct2_{compute_type}"] = ct2_decoder(ct2_dir, names, compute_type, batches)
+    decode = interleaved_decoding(decoders, batches, log)
 
     def best(table, prefix, key=None):
         values = [(v[key] if key else v) for k, v in table.items() if k.startswith(prefix)]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tests.layer_harness import run_layer_test
-from tf_transformer.layers.attention import MultiHeadAttention, ScaledDotProductAttention
+from tf_transformer.layers.attention import MultiHeadAttention, ScaledDotProductAttention, blocked_attention
 
 RNG = np.random.default_rng(0)
 
@@ -34,6 +34,22 @@ def test_scaled_dot_product_matches_numpy():
     expected, expected_weights = np_attention(q, k, v, mask)
     np.testing.assert_allclose(np.asarray(output), expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(weights), expected_weights, rtol=1e-5, atol=1e-6)
+
+
+def test_blocked_attention_equals_attention_over_the_blocks_laid_end_to_end():
+    """The decoding cache's blocks of positions: one softmax across all blocks, as eq. 1 over their concatenation."""
+    blocks, groups, heads, size, slots = 3, 2, 4, 5, 6
+    q = RNG.normal(size=(groups, heads, size, 8)).astype("float32")
+    k = RNG.normal(size=(blocks, groups, heads, slots, 8)).astype("float32")
+    v = RNG.normal(size=(blocks, groups, heads, slots, 3)).astype("float32")
+    mask = RNG.random((blocks, groups, 1, size, slots)) < 0.6
+    mask[0, ..., 0] = True  # every query sees at least one key
+    output = np.asarray(blocked_attention(q, k, v, mask))
+    # The blocks joined along the key axis (the mask's last axis).
+    expected, _ = np_attention(
+        q, np.concatenate(list(k), -2), np.concatenate(list(v), -2), np.concatenate(list(mask), -1)
+    )
+    np.testing.assert_allclose(output, expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("num_heads,key_dim,value_dim", [(4, 8, 8), (2, 3, 5), (1, 16, 16)])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from tf_transformer.layers.decoding_kernels import project, transposed_kernel
@@ -57,6 +58,27 @@ class ScaledDotProductAttention(keras.layers.Layer):
         config = super().get_config()
         config.update(dropout=self.dropout)
         return config
+
+
+def blocked_attention(query, key, value, attention_mask):
+    """Eq. 1 over keys and values stored in blocks of positions (cached decoding, inference only).
+
+    ``query`` ``[groups, heads, size, d_k]``; ``key`` ``[blocks, groups, heads,
+    slots, d_k]`` and ``value`` ``[blocks, groups, heads, slots, d_v]``;
+    ``attention_mask`` boolean ``[blocks, groups, 1, size, slots]``. The softmax
+    runs over the slots of all blocks together, so this equals
+    :class:`ScaledDotProductAttention` over the blocks laid end to end, without
+    laying them end to end (which would copy them). Returns ``[groups, heads, size, d_v]``.
+    """
+    d_k = ops.shape(query)[-1]
+    query = query * ops.cast(1.0 / ops.sqrt(ops.cast(d_k, "float32")), query.dtype)
+    scores = tf.linalg.matmul(query[None], key, transpose_b=True)  # [blocks, groups, heads, size, slots]
+    scores = ops.where(attention_mask, ops.cast(scores, "float32"), MASK_VALUE)  # float32 softmax, as eq. 1 above
+    scores = scores - ops.max(scores, axis=(0, 4), keepdims=True)  # [blocks, groups, heads, size, slots]
+    weights = ops.exp(scores)
+    weights = weights / ops.sum(weights, axis=(0, 4), keepdims=True)  # [blocks, groups, heads, size, slots]
+    output = tf.linalg.matmul(ops.cast(weights, value.dtype), value)  # [blocks, groups, heads, size, d_v]
+    return ops.sum(output, axis=0)  # [groups, heads, size, d_v]
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -183,7 +205,7 @@ class MultiHeadAttention(keras.layers.Layer):
         value = self._split_heads(self.value_dense(memory), self.value_dim)  # [batch, heads, len, d_v]
         return key, value
 
-    def _group_heads(self, x, groups, depth):
+    def group_heads(self, x, groups, depth):
         """``[groups * size, heads * depth]`` rows → ``[groups, heads, size, depth]``."""
         x = ops.reshape(x, (groups, -1, self.num_heads, depth))  # [groups, size, heads, depth]
         return ops.transpose(x, (0, 2, 1, 3))  # [groups, heads, size, depth]
@@ -192,6 +214,23 @@ class MultiHeadAttention(keras.layers.Layer):
         """``[groups, heads, size, d_v]`` → ``[groups * size, heads * d_v]`` rows."""
         x = ops.transpose(x, (0, 2, 1, 3))  # [groups, size, heads, d_v]
         return ops.reshape(x, (-1, self.num_heads * self.value_dim))  # [groups * size, heads * d_v]
+
+    def split_query_key_value(self, projected, groups):
+        """Rows projected by the fused self-attention kernel → query, key and value heads.
+
+        ``projected`` is ``[groups * size, h·d_k + h·d_k + h·d_v]`` (see
+        :meth:`decoding_weights`); returns three ``[groups, heads, size, d]``.
+        When ``d_k == d_v`` one transpose moves all three and slicing its
+        first axis shares the buffer; otherwise each is split and moved.
+        """
+        if self.key_dim == self.value_dim:
+            x = ops.reshape(projected, (groups, -1, 3, self.num_heads, self.key_dim))  # [groups, size, 3, heads, d]
+            x = ops.transpose(x, (2, 0, 3, 1, 4))  # [3, groups, heads, size, d]
+            return [x[0], x[1], x[2]]  # slices of the first axis: views, not copies
+        widths = [self.num_heads * self.key_dim] * 2 + [self.num_heads * self.value_dim]
+        query, key, value = tf.split(projected, widths, axis=-1)  # [groups * size, h·d]
+        depths = (self.key_dim, self.key_dim, self.value_dim)
+        return [self.group_heads(x, groups, depth) for x, depth in zip((query, key, value), depths, strict=True)]
 
     def decoding_weights(self, self_attention: bool) -> dict:
         """This layer's kernels laid out for :meth:`attend`, prepared once per search.
@@ -207,22 +246,26 @@ class MultiHeadAttention(keras.layers.Layer):
             "output": transposed_kernel([self._output_dense], self.compute_dtype),
         }
 
-    def attend(self, query, key_heads, value_heads, kernels, attention_mask=None):
-        """One query row per hypothesis over keys shared by groups of hypotheses (inference only).
+    def attend(self, query_heads, key_heads, value_heads, kernels, attention_mask=None):
+        """Queries of groups of hypotheses over keys each group shares (inference only).
 
-        ``query`` is ``[groups * size, h·d_k]``, already projected (with
-        ``kernels["input"]`` of :meth:`decoding_weights`): consecutive rows
-        form a group (the beams of one sentence) that attends over the same
+        ``query_heads`` ``[groups, heads, size, d_k]`` are the queries of
+        ``size`` hypotheses per group (the beams of one sentence, projected with
+        ``kernels["input"]`` of :meth:`decoding_weights`, see :meth:`group_heads`);
+        a group attends over its own keys and values, never copied per beam:
         ``key_heads`` ``[groups, heads, k_len, d_k]`` and ``value_heads``
-        ``[groups, heads, k_len, d_v]``, so keys and values are never copied per
-        beam. The group's queries take the place of the query positions of
-        eq. 1, so ``attention_mask`` is broadcastable to ``[groups, heads, size,
-        k_len]``. With groups of one this is plain attention of a single
-        position. Returns ``[groups * size, output_dim]``.
+        ``[groups, heads, k_len, d_v]`` (attention_mask broadcastable to
+        ``[groups, heads, size, k_len]``), or a cache in blocks
+        ``[blocks, groups, heads, slots, d]`` (mask ``[blocks, groups, 1, size,
+        slots]``, see :func:`blocked_attention`). The group's queries take the
+        place of the query positions of eq. 1. Returns ``[groups * size, output_dim]``.
         """
-        groups = ops.shape(key_heads)[0]
-        q = self._group_heads(query, groups, self.key_dim)  # [groups, heads, size, d_k]
-        heads, _ = self.attention(q, key_heads, value_heads, attention_mask=attention_mask, training=False)
+        if len(key_heads.shape) == 5:
+            heads = blocked_attention(query_heads, key_heads, value_heads, attention_mask)
+        else:
+            heads, _ = self.attention(
+                query_heads, key_heads, value_heads, attention_mask=attention_mask, training=False
+            )
         return project(self._ungroup_heads(heads), kernels["output"])  # [groups * size, output_dim]
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):

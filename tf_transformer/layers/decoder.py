@@ -17,6 +17,10 @@ def _in_xla():
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
+# Positions per block of the decoding cache (see :meth:`Decoder.empty_cache`).
+CACHE_BLOCK = 8
+
+
 def new_slots(shape, dtype):
     """A zeroed cache tensor that :func:`write_slots` may update in place.
 
@@ -30,38 +34,37 @@ def new_slots(shape, dtype):
 
 
 def write_slots(cache, new, position):
-    """``cache`` ``[batch, heads, max_len * size, d]`` with ``new`` ``[batch, heads, size, d]`` at ``position``.
+    """``cache`` ``[blocks, batch, heads, block * size, d]`` with ``new`` ``[batch, heads, size, d]`` at ``position``.
 
-    Viewed as rows of ``size * d`` (one per batch, head and position), the
-    write is ``InplaceUpdate`` of ``batch * heads`` rows: it changes the
-    buffer in place instead of copying the whole cache every step, as
-    ``ops.slice_update`` (an XLA op compiled on demand) does outside XLA. The
-    cache passed in must come from :func:`new_slots` or an earlier write and
-    must not be used again: only the returned tensor is valid. Under XLA,
-    which has no ``InplaceUpdate`` kernel and updates loop buffers in place
-    itself, this is ``ops.slice_update``.
+    Position ``p`` lives in block ``p // block``, slots ``(p % block) * size``
+    onwards. Viewed as rows of ``size * d`` (one per block, batch, head and
+    position in the block), the write is ``InplaceUpdate`` of ``batch * heads``
+    rows: it changes the buffer in place instead of copying the whole cache
+    every step, as ``ops.slice_update`` (an XLA op compiled on demand) does
+    outside XLA. The cache passed in must come from :func:`new_slots` or an
+    earlier write and must not be used again: only the returned tensor is
+    valid. Under XLA, which has no ``InplaceUpdate`` kernel and updates loop
+    buffers in place itself, this is ``ops.slice_update``.
     """
     size = ops.shape(new)[2]
+    blocks, batch, heads, slots, depth = (ops.shape(cache)[i] for i in range(5))
+    block = slots // size
     if _in_xla():
-        return ops.slice_update(cache, (0, 0, position * size, 0), new)
-    batch, heads, slots, depth = (ops.shape(cache)[i] for i in range(4))
-    max_len = slots // size
-    rows = ops.arange(batch * heads) * max_len + position  # [batch * heads]
-    flat = ops.reshape(cache, (batch * heads * max_len, size * depth))  # [rows, size * d]
+        return ops.slice_update(cache, (position // block, 0, 0, (position % block) * size, 0), new[None])
+    rows = (position // block) * (batch * heads * block) + ops.arange(batch * heads) * block + position % block
+    flat = ops.reshape(cache, (blocks * batch * heads * block, size * depth))  # [rows, size * d]
     flat = tf.raw_ops.InplaceUpdate(x=flat, i=rows, v=ops.reshape(new, (batch * heads, size * depth)))
-    return ops.reshape(flat, (batch, heads, slots, depth))
+    return ops.reshape(flat, (blocks, batch, heads, slots, depth))
 
 
-def first_slots(cache, slots):
-    """The first ``slots`` slots of ``cache`` ``[batch, heads, max_len * size, d]``.
+def first_blocks(cache, blocks):
+    """The first ``blocks`` blocks of ``cache`` ``[max_blocks, batch, heads, slots, d]``, without a copy.
 
-    Sliced as ``[batch * heads, max_len * size * d]`` rows: one contiguous
-    copy per row, where a 4-D strided slice is several times slower on CPU.
+    A slice of the first dimension only: TensorFlow's ``Slice`` kernel returns
+    a view of the same buffer, where slicing the positions of a
+    ``[batch, heads, positions, d]`` cache copied the prefix at every step.
     """
-    batch, heads, depth = ops.shape(cache)[0], ops.shape(cache)[1], ops.shape(cache)[3]
-    rows = ops.reshape(cache, (batch * heads, -1))  # [batch * heads, max_len * size * d]
-    rows = tf.slice(rows, [0, 0], ops.stack([batch * heads, slots * depth]))  # [batch * heads, slots * d]
-    return ops.reshape(rows, (batch, heads, slots, depth))
+    return tf.slice(cache, [0, 0, 0, 0, 0], ops.stack([blocks, -1, -1, -1, -1]))
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -182,34 +185,36 @@ class DecoderLayer(keras.layers.Layer):
 
         ``x`` is ``[batch * size, d_model]``, one row per hypothesis, at
         position ``step``. ``cache`` holds this layer's self-attention keys and
-        values per sentence, fixed-shape ``[batch, heads, max_len * size, d_k]``
-        (``d_v`` for values): hypothesis ``k`` writes its new key and value into
-        slot ``step * size + k``, and ``self_attention_mask`` ``[batch, 1, size,
-        slots]`` says which of the first ``slots`` slots hold each hypothesis's
-        own prefix (see :meth:`Decoder.decode_step`); attention reads only those
-        ``slots``. ``constants`` come from :meth:`decoding_constants`. Returns
+        values per sentence in fixed-shape blocks of positions, ``[blocks,
+        batch, heads, block * size, d_k]`` (``d_v`` for values): hypothesis
+        ``k`` writes its key and value of position ``p`` into block ``p //
+        block``, slot ``(p % block) * size + k``. ``self_attention_mask``
+        ``[blocks_read, batch, 1, size, block * size]`` says which slots of the
+        first ``blocks_read`` blocks hold each hypothesis's own prefix (see
+        :meth:`Decoder.decode_step`); attention reads only those blocks.
+        ``constants`` come from :meth:`decoding_constants`. Returns
         ``(output [batch * size, d_model], cache)``.
         """
         attention = self.self_attention
-        groups = ops.shape(cache["key"])[0]
+        groups = ops.shape(cache["key"])[1]
         self_kernels = constants["self_attention"]
         updated = {}
 
         def self_attend(h):
-            widths = [attention.num_heads * attention.key_dim] * 2 + [attention.num_heads * attention.value_dim]
             projected = project(h, self_kernels["input"])  # [batch * size, h·d_k + h·d_k + h·d_v]
-            query, new_key, new_value = tf.split(projected, widths, axis=-1)  # [batch * size, h·d]
-            for name, new, depth in (("key", new_key, attention.key_dim), ("value", new_value, attention.value_dim)):
-                new = attention._group_heads(new, groups, depth)  # [batch, heads, size, depth]
+            query, new_key, new_value = attention.split_query_key_value(projected, groups)  # [batch, heads, size, d]
+            for name, new in (("key", new_key), ("value", new_value)):
                 updated[name] = write_slots(cache[name], ops.cast(new, cache[name].dtype), step)
-            slots = ops.shape(self_attention_mask)[-1]  # (step + 1) * size, or every slot under XLA
-            key = first_slots(updated["key"], slots)  # [batch, heads, slots, d_k]
-            value = first_slots(updated["value"], slots)  # [batch, heads, slots, d_v]
+            blocks = ops.shape(self_attention_mask)[0]  # those holding positions 0..step, or all under XLA
+            key = first_blocks(updated["key"], blocks)  # [blocks, batch, heads, block * size, d_k]
+            value = first_blocks(updated["value"], blocks)  # [blocks, batch, heads, block * size, d_v]
             return attention.attend(query, key, value, self_kernels, self_attention_mask)
 
         def cross_attend(h):
             kernels = constants["cross_attention"]
-            query = project(h, kernels["input"])  # [batch * size, h·d_k]
+            query = self.cross_attention.group_heads(
+                project(h, kernels["input"]), groups, self.cross_attention.key_dim
+            )  # [batch, heads, size, d_k]
             return self.cross_attention.attend(
                 query, constants["memory_key"], constants["memory_value"], kernels, memory_mask
             )  # [batch * size, d_model]
@@ -284,19 +289,24 @@ class Decoder(LayerStack):
     def empty_cache(self, batch, max_length, dtype, beam_size=1):
         """The decoding cache of ``batch`` sentences × ``beam_size`` hypotheses, fixed-shape.
 
-        ``history`` ``int32[batch * beam_size, max_length]``: for each hypothesis
-        and position, which hypothesis of its sentence wrote the key and value of
-        that position of its prefix. ``layers``: one ``{"key", "value"}`` per
-        layer, ``[batch, heads, max_length * beam_size, d_k]`` (``d_v``); slot
-        ``position * beam_size + k`` is written by hypothesis ``k``.
+        Positions are stored in blocks of ``CACHE_BLOCK``; ``max_length`` is
+        rounded up to whole blocks. ``history`` ``int32[batch * beam_size,
+        blocks * block]``: for each hypothesis and position, which hypothesis of
+        its sentence wrote the key and value of that position of its prefix.
+        ``layers``: one ``{"key", "value"}`` per layer, ``[blocks, batch, heads,
+        block * beam_size, d_k]`` (``d_v``); position ``p`` of hypothesis ``k``
+        is block ``p // block``, slot ``(p % block) * beam_size + k``. Reading
+        the blocks written so far is a view of the first axis, so no step
+        copies the prefix.
         """
-        slots = max_length * beam_size
+        blocks = (max_length + CACHE_BLOCK - 1) // CACHE_BLOCK
+        slots = CACHE_BLOCK * beam_size
         return {
-            "history": ops.zeros((batch * beam_size, max_length), "int32"),
+            "history": ops.zeros((batch * beam_size, blocks * CACHE_BLOCK), "int32"),
             "layers": [
                 {
-                    "key": new_slots((batch, self.num_heads, slots, self.key_dim), dtype),
-                    "value": new_slots((batch, self.num_heads, slots, self.value_dim), dtype),
+                    "key": new_slots((blocks, batch, self.num_heads, slots, self.key_dim), dtype),
+                    "value": new_slots((blocks, batch, self.num_heads, slots, self.value_dim), dtype),
                 }
                 for _ in self.decoder_layers
             ],
@@ -317,26 +327,28 @@ class Decoder(LayerStack):
         """``embedded`` ``[batch * size, 1, d_model]`` at position ``step`` → ``([batch * size, d_model], cache)``.
 
         ``constants`` come from :meth:`decoding_constants`; ``memory_mask`` is
-        the ``[batch, 1, 1, src_len]`` source mask. The
-        self-attention mask is built once here for all layers: hypothesis ``k``
-        sees slot ``l * size + k'`` when ``l <= step`` and its prefix's token
-        ``l`` was written by hypothesis ``k'``. Only the ``step + 1`` positions
-        written so far are attended to (half the self-attention work of the
-        whole cache, on average); under XLA, which needs static shapes, all
-        ``max_len`` are, with the unwritten ones masked.
+        the ``[batch, 1, 1, src_len]`` source mask. The self-attention mask is
+        built once here for all layers: hypothesis ``k`` sees the slot of
+        position ``l`` written by hypothesis ``k'`` when ``l <= step`` and its
+        prefix's token ``l`` was written by ``k'``. Only the blocks holding
+        positions ``0..step`` are attended to (about half the self-attention
+        work of the whole cache); under XLA, which needs static shapes, all
+        are, with the unwritten positions masked.
         """
-        history = cache["history"]  # [batch * size, max_len]
+        history = cache["history"]  # [batch * size, blocks * block]
         groups = ops.shape(memory_mask)[0]
         hypotheses, max_len = ops.shape(history)[0], ops.shape(history)[1]
         size = hypotheses // groups
         positions = ops.arange(max_len)  # [max_len]
         own = (ops.arange(hypotheses) % size)[:, None]  # [batch * size, 1]
         history = ops.where(positions[None, :] == step, own, history)  # [batch * size, max_len]
-        seen = max_len if _in_xla() else step + 1
+        blocks = max_len // CACHE_BLOCK if _in_xla() else step // CACHE_BLOCK + 1
+        seen = blocks * CACHE_BLOCK
         visible = ops.logical_and(
             history[:, :seen, None] == ops.arange(size)[None, None, :], (positions[:seen] <= step)[None, :, None]
         )  # [batch * size, seen, size]
-        self_mask = ops.reshape(visible, (groups, 1, size, seen * size))  # [batch, 1, size, seen * size]
+        visible = ops.reshape(visible, (groups, size, blocks, CACHE_BLOCK * size))  # [batch, size, blocks, slots]
+        self_mask = ops.transpose(visible, (2, 0, 1, 3))[:, :, None]  # [blocks, batch, 1, size, slots]
         x = (embedded + self.position_layer(embedded, start_index=step)[None])[:, 0]  # [batch * size, d_model]
         layer_caches = []
         for layer, layer_cache, layer_constants in zip(self.decoder_layers, cache["layers"], constants, strict=True):
