@@ -35,6 +35,7 @@ one after another, a ratio could come out 20 % off depending on when each system
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import statistics
@@ -107,8 +108,9 @@ def _keras_fit_runner(model):
 
     def run(steps: int) -> list[float]:
         timer = StepTimer()
-        model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[timer])
-        return timer.times
+        # One step more, untimed: the first step of a fit call also starts the input iterator.
+        model.fit(data, steps_per_epoch=steps + 1, epochs=1, verbose=0, callbacks=[timer])
+        return timer.times[1:]
 
     run(2)  # tracing and first steps
     return run
@@ -368,7 +370,7 @@ def _set_mfu(result: dict, ours: dict, peaks: dict) -> None:
 
 
 def _rotated(names: list[str], offset: int) -> list[str]:
-    offset %= len(names)
+    offset %= max(len(names), 1)
     return names[offset:] + names[:offset]
 
 
@@ -379,7 +381,7 @@ def interleaved_training(runners: dict, log) -> dict:
     order rotating), so a slow phase of a shared machine hits all systems alike
     instead of whichever ran then.
     """
-    per_round = max(1, FLAGS.steps // FLAGS.rounds)
+    per_round = FLAGS.steps // FLAGS.rounds
     times = {name: [] for name in runners}
     for round_ in range(FLAGS.rounds):
         for name in _rotated(list(runners), round_):
@@ -445,7 +447,8 @@ def measure_size(size: str, batches, tokenizer_path: str, work: str, peaks: dict
             # peak of the whole run (see main): on a shared machine one measurement can come out
             # low (a single start-up measurement once gave an MFU above 1).
             peaks[entry["peak_key"]] = max(peaks[entry["peak_key"]], matmul_peak(entry["peak_key"]))
-    del trainers  # free the training models before decoding
+    del trainers  # free the training models before decoding (they hold reference cycles)
+    gc.collect()
 
     if "ours" in systems:
         for dtype in ("float32", "bfloat16"):
@@ -489,6 +492,8 @@ def main(argv):
     del argv
     if not os.path.exists(FLAGS.data):
         raise app.UsageError(f"--data {FLAGS.data}: not found (real corpora live in ../shared/data)")
+    if FLAGS.rounds < 1 or FLAGS.steps % FLAGS.rounds:
+        raise app.UsageError(f"--steps {FLAGS.steps} must be a positive multiple of --rounds {FLAGS.rounds}")
     logging.set_verbosity(logging.WARNING)
     tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
     tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)

@@ -29,11 +29,12 @@ def test_cached_steps_equal_the_full_forward_pass(overrides, dtype, atol):
     model = build_transformer(get_config("tiny", **overrides), dtype=dtype)
     source = RNG.integers(4, 256, (2, 7)).astype("int32")
     source[1, 5:] = 0
-    targets = np.concatenate([np.full((2, 1), BOS_ID), RNG.integers(4, 256, (2, 6))], axis=1).astype("int32")
-    full = np.asarray(model({"inputs": source, "targets": targets}, training=False))  # [2, 7, vocab]
+    # 12 positions: past the first cache block of 8, in a cache of 13 (not a whole number of blocks).
+    targets = np.concatenate([np.full((2, 1), BOS_ID), RNG.integers(4, 256, (2, 11))], axis=1).astype("int32")
+    full = np.asarray(model({"inputs": source, "targets": targets}, training=False))  # [2, 12, vocab]
     memory, memory_mask = model.encode(source, training=False)
     constants = model.decoder.decoding_constants(memory)
-    caches = model.decoder.empty_cache(2, 10, memory.dtype)
+    caches = model.decoder.empty_cache(2, 13, memory.dtype)
     for step in range(targets.shape[1]):
         logits, caches = model.decode_step(targets[:, step], caches, constants, memory_mask, step)
         np.testing.assert_allclose(np.asarray(logits), full[:, step], atol=atol)
@@ -172,11 +173,11 @@ def test_decode_step_compiles_with_xla():
     source = RNG.integers(4, 256, (2, 5)).astype("int32")
     memory, memory_mask = model.encode(source, training=False)
     constants = model.decoder.decoding_constants(memory)
-    caches = model.decoder.empty_cache(2, 6, memory.dtype)
+    caches = model.decoder.empty_cache(2, 12, memory.dtype)
     step = tf.function(model.decode_step, jit_compile=True)
     eager_caches = caches
     ids = np.full([2], BOS_ID, np.int32)
-    for position in range(3):
+    for position in range(10):  # into the second cache block
         logits, caches = step(ids, caches, constants, memory_mask, tf.constant(position))
         expected, eager_caches = model.decode_step(ids, eager_caches, constants, memory_mask, position)
         np.testing.assert_allclose(np.asarray(logits), np.asarray(expected), atol=1e-4)

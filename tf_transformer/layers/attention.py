@@ -78,7 +78,10 @@ def blocked_attention(query, key, value, attention_mask):
     weights = ops.exp(scores)
     weights = weights / ops.sum(weights, axis=(0, 4), keepdims=True)  # [blocks, groups, heads, size, slots]
     output = tf.linalg.matmul(ops.cast(weights, value.dtype), value)  # [blocks, groups, heads, size, d_v]
-    return ops.sum(output, axis=0)  # [groups, heads, size, d_v]
+    if output.dtype == "float32":
+        return ops.sum(output, axis=0)  # [groups, heads, size, d_v]
+    # Summed in float32, so that a bfloat16 output is rounded once, as a single product's would be.
+    return ops.cast(ops.sum(ops.cast(output, "float32"), axis=0), value.dtype)  # [groups, heads, size, d_v]
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -226,7 +229,7 @@ class MultiHeadAttention(keras.layers.Layer):
         if self.key_dim == self.value_dim:
             x = ops.reshape(projected, (groups, -1, 3, self.num_heads, self.key_dim))  # [groups, size, 3, heads, d]
             x = ops.transpose(x, (2, 0, 3, 1, 4))  # [3, groups, heads, size, d]
-            return [x[0], x[1], x[2]]  # slices of the first axis: views, not copies
+            return [x[0], x[1], x[2]]  # slices of the first axis: views (when aligned), not copies
         widths = [self.num_heads * self.key_dim] * 2 + [self.num_heads * self.value_dim]
         query, key, value = tf.split(projected, widths, axis=-1)  # [groups * size, h·d]
         depths = (self.key_dim, self.key_dim, self.value_dim)
