@@ -98,6 +98,14 @@ def test_export_layout_and_assets(exported):
     assert not [p for p in exported.parent.iterdir() if p.name.startswith(".")]  # no staging left behind
 
 
+def test_export_saves_each_weight_once(run_dir, exported):
+    """The graph's variables only: not the Keras model's copy of them, nor the decoder's unused training layout."""
+    model, _ = restore_model(str(run_dir))
+    shapes = tf.train.load_checkpoint(str(exported / "variables" / "variables")).get_variable_to_shape_map()
+    saved = sum(int(np.prod(shape)) for name, shape in shapes.items() if name != "_CHECKPOINTABLE_OBJECT_GRAPH")
+    assert saved == model.count_params()  # the frozen decoding layout holds as many numbers as the kernels
+
+
 def test_fresh_process_loads_with_both_loaders_and_matches(run_dir, exported):
     expected, expected_scores = in_process(run_dir)
     result = subprocess.run(

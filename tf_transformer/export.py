@@ -40,16 +40,26 @@ def default_checkpoint(model_dir: str) -> str:
 
 
 def export_translator(translator: Translator, vocabulary_path: str, output: str, overwrite: bool = False) -> str:
-    """Writes ``translator`` as a SavedModel at ``output``; atomically (temporary directory, then rename)."""
+    """Writes ``translator`` as a SavedModel at ``output``; atomically (temporary directory, then rename).
+
+    What is exported is a frozen copy (``Translator.frozen``): the decoder's
+    kernels are saved in the layout decoding multiplies with, so a request does
+    not lay them out again.
+    """
     output = os.path.abspath(output)
     if os.path.exists(output) and not overwrite:
         raise FileExistsError(f"{output} exists: export to a new version directory (or pass overwrite)")
     parent = os.path.dirname(output)
     os.makedirs(parent, exist_ok=True)
+    if translator.frozen_weights is None:
+        translator = translator.frozen()
     staging = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(output)}.partial-")
     try:
         archive = keras.export.ExportArchive()
-        archive.track(translator.model)
+        # The variables the endpoints use are saved without asking; tracking the
+        # Keras model too would save every weight a second time (as its Keras
+        # variable and as the TensorFlow variable the graph captures), and its
+        # decoder kernels a third, next to their frozen decoding layout.
         archive.track(translator.tokenizer)
         archive.add_endpoint(
             "serving_default",

@@ -163,22 +163,26 @@ class DecoderLayer(keras.layers.Layer):
     def compute_output_shape(self, x_shape, memory_shape):
         return x_shape
 
-    def decoding_constants(self, memory):
+    def decoding_weights(self) -> dict:
+        """This layer's kernels laid out for :meth:`decode_step` (``decoding_weights`` of its sublayers)."""
+        return {
+            "self_attention": self.self_attention.decoding_weights(self_attention=True),
+            "cross_attention": self.cross_attention.decoding_weights(self_attention=False),
+            "feed_forward": self.feed_forward.decoding_weights(),
+        }
+
+    def decoding_constants(self, memory, weights=None):
         """What :meth:`decode_step` reuses at every step of one search (inference only).
 
         ``memory_key`` / ``memory_value``: the encoder-decoder keys and values
         of ``memory`` ``[batch, src_len, d_model]`` split into heads, computed
         once per sentence and shared by its hypotheses; and this layer's
-        kernels laid out for decoding (``decoding_weights`` of its sublayers).
+        kernels laid out for decoding: ``weights`` when given (from
+        :meth:`decoding_weights`, prepared earlier), else prepared now.
         """
         memory_key, memory_value = self.cross_attention.project_key_value(memory)  # [batch, heads, src_len, d]
-        return {
-            "memory_key": memory_key,
-            "memory_value": memory_value,
-            "self_attention": self.self_attention.decoding_weights(self_attention=True),
-            "cross_attention": self.cross_attention.decoding_weights(self_attention=False),
-            "feed_forward": self.feed_forward.decoding_weights(),
-        }
+        weights = self.decoding_weights() if weights is None else weights
+        return {"memory_key": memory_key, "memory_value": memory_value, **weights}
 
     def decode_step(self, x, cache, constants, self_attention_mask, memory_mask, step):
         """One incremental step (inference) of ``size`` hypotheses per sentence.
@@ -275,16 +279,29 @@ class Decoder(LayerStack):
     def compute_output_shape(self, embedded_shape, memory_shape):
         return embedded_shape
 
-    def decoding_constants(self, memory):
+    def decoding_weights(self) -> list:
+        """Every layer's kernels laid out for :meth:`decode_step`; they depend on the weights only.
+
+        A translator that will not see new weights (an export) prepares them
+        once and passes them to :meth:`decoding_constants`; otherwise they are
+        prepared per search (see :mod:`tf_transformer.layers.decoding_kernels`).
+        """
+        return [layer.decoding_weights() for layer in self.decoder_layers]
+
+    def decoding_constants(self, memory, weights=None):
         """Every layer's per-search constants for :meth:`decode_step` (inference only).
 
         ``memory`` is ``[batch, src_len, d_model]``, not repeated per beam: the
         beams of a sentence share its encoder-decoder keys and values (see
-        ``MultiHeadAttention.attend``). The kernels are cast and laid out once
-        here, outside the decoding loop (see
-        :mod:`tf_transformer.layers.decoding_kernels`).
+        ``MultiHeadAttention.attend``). ``weights`` come from
+        :meth:`decoding_weights`; by default they are prepared here, once per
+        search, outside the decoding loop.
         """
-        return [layer.decoding_constants(memory) for layer in self.decoder_layers]
+        weights = self.decoding_weights() if weights is None else weights
+        return [
+            layer.decoding_constants(memory, layer_weights)
+            for layer, layer_weights in zip(self.decoder_layers, weights, strict=True)
+        ]
 
     def empty_cache(self, batch, max_length, dtype, beam_size=1):
         """The decoding cache of ``batch`` sentences × ``beam_size`` hypotheses, fixed-shape.
