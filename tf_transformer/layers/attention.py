@@ -78,9 +78,8 @@ def blocked_attention(query, key, value, attention_mask):
     weights = ops.exp(scores)
     weights = weights / ops.sum(weights, axis=(0, 4), keepdims=True)  # [blocks, groups, heads, size, slots]
     output = tf.linalg.matmul(ops.cast(weights, value.dtype), value)  # [blocks, groups, heads, size, d_v]
-    if output.dtype == "float32":
-        return ops.sum(output, axis=0)  # [groups, heads, size, d_v]
-    # Summed in float32, so that a bfloat16 output is rounded once, as a single product's would be.
+    # Summed in float32 (the casts are no-ops for float32), so that a bfloat16 output is
+    # rounded once, as a single product's would be.
     return ops.cast(ops.sum(ops.cast(output, "float32"), axis=0), value.dtype)  # [groups, heads, size, d_v]
 
 

@@ -171,17 +171,15 @@ class DecoderLayer(keras.layers.Layer):
             "feed_forward": self.feed_forward.decoding_weights(),
         }
 
-    def decoding_constants(self, memory, weights=None):
+    def decoding_constants(self, memory, weights):
         """What :meth:`decode_step` reuses at every step of one search (inference only).
 
         ``memory_key`` / ``memory_value``: the encoder-decoder keys and values
         of ``memory`` ``[batch, src_len, d_model]`` split into heads, computed
         once per sentence and shared by its hypotheses; and this layer's
-        kernels laid out for decoding: ``weights`` when given (from
-        :meth:`decoding_weights`, prepared earlier), else prepared now.
+        kernels laid out for decoding, ``weights`` (from :meth:`decoding_weights`).
         """
         memory_key, memory_value = self.cross_attention.project_key_value(memory)  # [batch, heads, src_len, d]
-        weights = self.decoding_weights() if weights is None else weights
         return {"memory_key": memory_key, "memory_value": memory_value, **weights}
 
     def decode_step(self, x, cache, constants, self_attention_mask, memory_mask, step):
