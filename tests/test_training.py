@@ -26,6 +26,7 @@ from tf_transformer.training import (
     TransformerSchedule,
     paper_optimizer,
 )
+from tf_transformer.training.optimizers import FusedAdam
 from tf_transformer.training.trainer import RunOptions, compile_model, load_run, restore_model, train
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -98,6 +99,82 @@ def test_token_metrics():
     assert float(accuracy.result()) == pytest.approx((logits.argmax(-1) == labels)[mask].mean())
     nll = -np_log_softmax(logits)[np.arange(2)[:, None], np.arange(3)[None, :], labels]
     assert float(perplexity.result()) == pytest.approx(math.exp(nll[mask].mean()), rel=1e-5)
+
+
+def test_loss_and_metrics_in_one_graph_match_the_fused_op_and_argmax():
+    """Inside ``tf.function`` (as in ``fit``) the loss and metrics share their passes; values are unchanged."""
+    vocab, eps = 50, 0.1
+    logits = tf.constant(RNG.normal(size=(4, 6, vocab)).astype("float32") * 4)
+    labels = RNG.integers(1, vocab, size=(4, 6)).astype("int32")
+    labels[:, 4:] = 0
+    labels[0, 0] = int(np.argmax(logits[0, 0]))  # at least one right prediction
+    mask = labels != 0
+    loss, accuracy, perplexity = LabelSmoothedCrossEntropy(eps), TokenAccuracy(), TokenPerplexity()
+
+    @tf.function
+    def step(logits):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            value = loss(labels, logits)
+        accuracy.update_state(labels, logits)
+        perplexity.update_state(labels, logits)
+        return value, tape.gradient(value, logits)
+
+    value, gradient = step(logits)
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        target = tf.one_hot(labels, vocab, on_value=1 - eps + eps / vocab, off_value=eps / vocab)
+        per_token = tf.nn.softmax_cross_entropy_with_logits(labels=target, logits=logits)
+        expected = tf.reduce_sum(per_token * mask) / mask.sum()
+    np.testing.assert_allclose(float(value), float(expected), rtol=1e-6)
+    np.testing.assert_allclose(gradient, tape.gradient(expected, logits), atol=1e-7)
+    assert float(accuracy.result()) == pytest.approx((np.argmax(logits, -1) == labels)[mask].mean())
+    nll = -np_log_softmax(logits.numpy().astype(np.float64))[np.arange(4)[:, None], np.arange(6)[None, :], labels]
+    assert float(perplexity.result()) == pytest.approx(math.exp(nll[mask].mean()), rel=1e-5)
+
+
+def test_fused_adam_updates_as_keras_adam():
+    """``paper_optimizer``'s Adam (one fused kernel per variable) makes Keras Adam's updates, also under Mirrored."""
+    shapes = [(6, 5), (5,), (7, 5)]
+    initial = [RNG.normal(size=shape).astype("float32") for shape in shapes]
+    gradients = [[RNG.normal(size=shape).astype("float32") for shape in shapes] for _ in range(3)]
+    for step_gradients in gradients:
+        step_gradients[2][[0, 2, 3, 5, 6]] = 0.0  # rows an embedding lookup did not touch
+
+    def trained(optimizer_class, strategy=None, sparse=False):
+        strategy = strategy or tf.distribute.get_strategy()
+        with strategy.scope():
+            variables = [keras.Variable(value) for value in initial]
+            optimizer = optimizer_class(
+                learning_rate=TransformerSchedule(64, warmup_steps=2), beta_1=0.9, beta_2=0.98, epsilon=1e-9
+            )
+            optimizer.build(variables)
+
+        @tf.function
+        def apply(step_gradients):
+            def replica_step():
+                share = [g / strategy.num_replicas_in_sync for g in step_gradients]  # replicas' gradients are summed
+                if sparse:  # as from an untied embedding lookup
+                    share[2] = tf.IndexedSlices(tf.gather(share[2], [1, 4]), tf.constant([1, 4]), tf.constant((7, 5)))
+                optimizer.apply_gradients(zip(share, variables, strict=True))
+
+            strategy.run(replica_step)
+
+        for step_gradients in gradients:
+            apply([tf.constant(g) for g in step_gradients])
+        return [variable.numpy() for variable in variables]
+
+    assert isinstance(paper_optimizer(64), FusedAdam)
+    reference = trained(keras.optimizers.Adam)
+    for actual, expected, start in zip(trained(FusedAdam, sparse=True), reference, initial, strict=True):
+        assert not np.allclose(expected, start)
+        np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-7)
+    if len(tf.config.list_logical_devices("CPU")) >= 2:
+        mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        for actual, expected in zip(trained(FusedAdam, mirrored), reference, strict=True):
+            np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-7)
+    clone = keras.optimizers.deserialize(keras.optimizers.serialize(paper_optimizer(64)))
+    assert isinstance(clone, FusedAdam) and clone.beta_2 == 0.98
 
 
 def test_user_script_in_readme_trains(tmp_path):

@@ -1,9 +1,11 @@
 """Training: the paper's loss, metrics, schedule and optimizer, strategies and the fit driver."""
 
 from tf_transformer.training.losses import LabelSmoothedCrossEntropy, TokenAccuracy, TokenPerplexity
+from tf_transformer.training.optimizers import FusedAdam
 from tf_transformer.training.schedules import TransformerSchedule, paper_optimizer
 
 __all__ = [
+    "FusedAdam",
     "LabelSmoothedCrossEntropy",
     "TokenAccuracy",
     "TokenPerplexity",

@@ -9,15 +9,60 @@ from keras import ops
 PAD_ID = 0
 
 
-def _token_nll(labels, logits):
-    """Per-token −log p(label) = logsumexp(logits) − logit(label), ``[batch, len]`` in float32.
+def token_statistics(labels, logits):
+    """Per token: the largest logit, log Σ exp(logits) and the label's logit, each ``[batch, len]``.
 
-    For metrics (no gradient): a gather picks the label's logit, where the fused
-    cross-entropy op would also write the whole softmax as its gradient.
+    Also returns ``exp(logits − max)`` and its sum (``[batch, len, vocab]``, ``[batch, len, 1]``),
+    which the loss's gradient reuses. Float32 whatever the logits' dtype. The loss and the
+    token metrics call this on the same logits; inside a graph (``fit``, ``tf.function``,
+    XLA) TensorFlow merges the identical ops, so the metrics cost no further passes over
+    the ``[batch, len, vocab]`` logits.
     """
     logits = ops.cast(logits, "float32")  # [batch, len, vocab]
-    picked = ops.take_along_axis(logits, ops.cast(labels, "int32")[..., None], axis=-1)[..., 0]  # [batch, len]
-    return ops.logsumexp(logits, axis=-1) - picked
+    labels = ops.cast(labels, "int32")  # [batch, len]
+    top = tf.reduce_max(logits, axis=-1, keepdims=True)  # [batch, len, 1]
+    shifted = tf.exp(logits - top)  # [batch, len, vocab]
+    normalizer = tf.reduce_sum(shifted, axis=-1, keepdims=True)  # [batch, len, 1]
+    log_normalizer = (top + tf.math.log(normalizer))[..., 0]  # [batch, len]
+    picked = tf.gather(logits, labels, batch_dims=2)  # [batch, len]
+    return top[..., 0], log_normalizer, picked, shifted, normalizer
+
+
+def label_smoothed_nll(labels, logits, label_smoothing: float):
+    """Per-token −Σ_j q_j log p_j with q = (1 − ε)·one_hot(label) + ε/V, ``[batch, len]`` float32.
+
+    Written out as log Σ exp(z) − (1 − ε)·z_label − (ε/V)·Σ_j z_j, with the gradient
+    ``softmax − q`` given directly: the exponentials of the forward pass are reused and
+    the label's term is subtracted at one position per token. This is about twice as fast
+    on CPU as ``tf.nn.softmax_cross_entropy_with_logits`` against a one-hot target (which
+    also needs that ``[batch, len, vocab]`` target built), and shares its passes with the
+    token metrics (see ``token_statistics``).
+    """
+    labels = ops.cast(labels, "int32")  # [batch, len]
+
+    @tf.custom_gradient
+    def smoothed(logits):  # [batch, len, vocab] float32
+        _, log_normalizer, picked, shifted, normalizer = token_statistics(labels, logits)
+        vocab = tf.shape(logits)[-1]
+        uniform = label_smoothing / tf.cast(vocab, tf.float32)
+        loss = log_normalizer - (1.0 - label_smoothing) * picked  # [batch, len]
+        if label_smoothing:
+            loss -= uniform * tf.reduce_sum(logits, axis=-1)
+
+        def gradient(upstream):  # [batch, len]
+            weight = upstream[..., None]  # [batch, len, 1]
+            grad = shifted * (weight / normalizer)  # softmax · upstream, [batch, len, vocab]
+            if label_smoothing:
+                grad -= uniform * weight
+            rows = tf.reshape(grad, [-1, vocab])  # [tokens, vocab]
+            flat_labels = tf.reshape(labels, [-1])  # [tokens]
+            positions = tf.stack([tf.range(tf.shape(flat_labels)[0]), flat_labels], axis=1)  # [tokens, 2]
+            label_weight = (1.0 - label_smoothing) * tf.reshape(upstream, [-1])  # [tokens]
+            return tf.reshape(tf.tensor_scatter_nd_sub(rows, positions, label_weight), tf.shape(grad))
+
+        return loss, gradient
+
+    return smoothed(ops.cast(logits, "float32"))
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -40,18 +85,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         self.pad_id = pad_id
 
     def call(self, y_true, y_pred):
-        logits = ops.cast(y_pred, "float32")  # [batch, len, vocab]
-        labels = ops.cast(y_true, "int32")  # [batch, len]
-        if self.label_smoothing:
-            # −Σ q log p with q = (1 − ε)·one_hot + ε/V: (1 − ε)·nll + ε·(−mean log p). One fused
-            # op computes it and its gradient (softmax − q); picking log p(label) with a gather
-            # instead made the backward pass scatter into the whole [batch, len, vocab] tensor.
-            vocab = ops.shape(logits)[-1]
-            off = self.label_smoothing / ops.cast(vocab, "float32")
-            target = tf.one_hot(labels, vocab, on_value=1.0 - self.label_smoothing + off, off_value=off)
-            nll = tf.nn.softmax_cross_entropy_with_logits(labels=target, logits=logits)  # [batch, len]
-        else:
-            nll = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)  # [batch, len]
+        nll = label_smoothed_nll(y_true, y_pred, self.label_smoothing)  # [batch, len]
         mask = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")  # [batch, len]
         return ops.sum(nll * mask) / ops.maximum(ops.sum(mask), 1.0)
 
@@ -63,7 +97,11 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class TokenAccuracy(keras.metrics.Metric):
-    """Share of non-padding target tokens whose arg-max prediction is right."""
+    """Share of non-padding target tokens whose label has the largest logit.
+
+    A tie for the largest logit counts as right. Uses ``token_statistics``, so in a graph
+    it shares the loss's pass over the logits.
+    """
 
     def __init__(self, pad_id: int = PAD_ID, name="token_accuracy", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -73,7 +111,8 @@ class TokenAccuracy(keras.metrics.Metric):
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         mask = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")  # [batch, len]
-        hits = ops.cast(ops.equal(ops.argmax(y_pred, axis=-1), ops.cast(y_true, "int64")), "float32")
+        top, _, picked, _, _ = token_statistics(y_true, y_pred)
+        hits = ops.cast(picked >= top, "float32")  # [batch, len]
         self.correct.assign_add(ops.sum(hits * mask))
         self.total.assign_add(ops.sum(mask))
 
@@ -99,7 +138,8 @@ class TokenPerplexity(keras.metrics.Metric):
         self.total = self.add_variable(shape=(), initializer="zeros", name="total", dtype="float32")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        nll = _token_nll(y_true, y_pred)
+        _, log_normalizer, picked, _, _ = token_statistics(y_true, y_pred)
+        nll = log_normalizer - picked  # [batch, len]
         mask = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
         self.nll.assign_add(ops.sum(nll * mask))
         self.total.assign_add(ops.sum(mask))

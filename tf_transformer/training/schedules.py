@@ -5,6 +5,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from tf_transformer.training.optimizers import FusedAdam
+
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -43,11 +45,9 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
-def paper_optimizer(
-    d_model: int, warmup_steps: int = 4000, scale: float = 1.0, accumulate_steps: int = 1
-) -> keras.optimizers.Adam:
+def paper_optimizer(d_model: int, warmup_steps: int = 4000, scale: float = 1.0, accumulate_steps: int = 1) -> FusedAdam:
     """Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9 and the schedule above (section 5.3)."""
-    return keras.optimizers.Adam(
+    return FusedAdam(
         learning_rate=TransformerSchedule(d_model, warmup_steps, scale, accumulate_steps),
         beta_1=0.9,
         beta_2=0.98,
