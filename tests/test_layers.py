@@ -2,8 +2,10 @@
 
 import math
 
+import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests.layer_harness import run_layer_test
 from tf_transformer.layers import (
@@ -11,6 +13,7 @@ from tf_transformer.layers import (
     DecoderLayer,
     Encoder,
     EncoderLayer,
+    LayerNormalization,
     LearnedPositionEmbedding,
     PositionwiseFeedForward,
     SharedEmbedding,
@@ -29,6 +32,37 @@ def test_feed_forward_matches_eq2():
     w2, b2 = (w.numpy() for w in layer.outer.weights)
     np.testing.assert_allclose(y, np.maximum(0, x @ w1 + b1) @ w2 + b2, rtol=1e-5, atol=1e-5)
     run_layer_test(PositionwiseFeedForward, {"d_ff": 16, "relu_dropout": 0.1}, (x,), expected_num_weights=4)
+
+
+def test_layer_norm_equals_keras_layer_norm():
+    x = tf.constant(RNG.normal(3.0, 2.0, size=(2, 5, 16)).astype("float32"))
+    ours, reference = LayerNormalization(epsilon=1e-6), keras.layers.LayerNormalization(epsilon=1e-6)
+    ours.build(x.shape)
+    reference.build(x.shape)
+    weights = [RNG.normal(size=16).astype("float32"), RNG.normal(size=16).astype("float32")]  # γ, β
+    ours.set_weights(weights)
+    reference.set_weights(weights)
+    results = []
+    for layer in (ours, reference):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            loss = tf.reduce_sum(y * tf.sin(x))
+        results.append([y, *tape.gradient(loss, [x, layer.gamma, layer.beta])])
+    for actual, expected in zip(*results, strict=True):
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    half = LayerNormalization(epsilon=1e-6)
+    half.build(x.shape)
+    half.set_weights(ours.get_weights())
+    y = half(tf.cast(x, "bfloat16"))
+    assert y.dtype == tf.bfloat16
+    np.testing.assert_allclose(tf.cast(y, "float32"), results[0][0], atol=0.05)
+    keras.config.set_dtype_policy("float32")
+    # Other axes fall back to Keras's computation.
+    other = LayerNormalization(axis=1)
+    np.testing.assert_allclose(other(x), keras.layers.LayerNormalization(axis=1)(x), rtol=1e-5, atol=1e-5)
+    run_layer_test(LayerNormalization, {"epsilon": 1e-6}, (x.numpy(),), expected_num_weights=2)
 
 
 def test_sinusoids_match_section_3_5():

@@ -5,6 +5,7 @@ from tf_transformer.layers.decoder import Decoder, DecoderLayer
 from tf_transformer.layers.embedding import SharedEmbedding
 from tf_transformer.layers.encoder import Encoder, EncoderLayer, ResidualSublayer
 from tf_transformer.layers.feed_forward import PositionwiseFeedForward
+from tf_transformer.layers.normalization import LayerNormalization
 from tf_transformer.layers.position import LearnedPositionEmbedding, SinusoidalPositionEncoding
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "DecoderLayer",
     "Encoder",
     "EncoderLayer",
+    "LayerNormalization",
     "LearnedPositionEmbedding",
     "MultiHeadAttention",
     "PositionwiseFeedForward",

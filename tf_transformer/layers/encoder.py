@@ -6,6 +6,7 @@ import keras
 
 from tf_transformer.layers.attention import MultiHeadAttention
 from tf_transformer.layers.feed_forward import PositionwiseFeedForward
+from tf_transformer.layers.normalization import LayerNormalization
 from tf_transformer.layers.position import LearnedPositionEmbedding, SinusoidalPositionEncoding
 
 
@@ -24,7 +25,7 @@ class ResidualSublayer(keras.layers.Layer):
         self.dropout = dropout
         self.pre_norm = pre_norm
         self.layer_norm_epsilon = layer_norm_epsilon
-        self.norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="norm")
+        self.norm = LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="norm")
         self.residual_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
 
     def build(self, x_shape):
@@ -205,7 +206,7 @@ class LayerStack(keras.layers.Layer):
         ]
         setattr(self, self.layers_attribute, layers)
         self.final_norm = (
-            keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm")
+            LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm")
             if pre_norm
             else None
         )
