@@ -59,9 +59,13 @@ def test_layer_norm_equals_keras_layer_norm():
     assert y.dtype == tf.bfloat16
     np.testing.assert_allclose(tf.cast(y, "float32"), results[0][0], atol=0.05)
     keras.config.set_dtype_policy("float32")
-    # Other axes fall back to Keras's computation.
-    other = LayerNormalization(axis=1)
-    np.testing.assert_allclose(other(x), keras.layers.LayerNormalization(axis=1)(x), rtol=1e-5, atol=1e-5)
+    # The last axis named by its index takes the same path; other settings fall back to Keras's computation.
+    for kwargs in ({"axis": 2}, {"axis": 1}, {"center": False}, {"scale": False}):
+        np.testing.assert_allclose(
+            LayerNormalization(**kwargs)(x), keras.layers.LayerNormalization(**kwargs)(x), rtol=1e-5, atol=1e-5
+        )
+    wide = tf.cast(x, "float64")
+    assert LayerNormalization(dtype="float64")(wide).dtype == tf.float64
     run_layer_test(LayerNormalization, {"epsilon": 1e-6}, (x.numpy(),), expected_num_weights=2)
 
 

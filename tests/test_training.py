@@ -102,7 +102,7 @@ def test_token_metrics():
 
 
 def test_loss_and_metrics_in_one_graph_match_the_fused_op_and_argmax():
-    """Inside ``tf.function`` (as in ``fit``) the loss and metrics share their passes; values are unchanged."""
+    """Inside ``tf.function`` (as in ``fit``), where loss and perplexity share ops: same values as before."""
     vocab, eps = 50, 0.1
     logits = tf.constant(RNG.normal(size=(4, 6, vocab)).astype("float32") * 4)
     labels = RNG.integers(1, vocab, size=(4, 6)).astype("int32")
@@ -131,6 +131,38 @@ def test_loss_and_metrics_in_one_graph_match_the_fused_op_and_argmax():
     assert float(accuracy.result()) == pytest.approx((np.argmax(logits, -1) == labels)[mask].mean())
     nll = -np_log_softmax(logits.numpy().astype(np.float64))[np.arange(4)[:, None], np.arange(6)[None, :], labels]
     assert float(perplexity.result()) == pytest.approx(math.exp(nll[mask].mean()), rel=1e-5)
+
+
+def test_loss_edge_cases():
+    vocab = 6
+    logits = RNG.normal(size=(2, 3, vocab)).astype("float32")
+    labels = np.array([[2, 5, 1], [4, 3, 0]], "int32")
+    mask = labels != 0
+    log_probs = np_log_softmax(logits.astype(np.float64))
+    nll = -log_probs[np.arange(2)[:, None], np.arange(3)[None, :], labels]
+    # Unsmoothed: value and gradient (softmax − one_hot) at non-padding positions.
+    variable = tf.Variable(logits)
+    with tf.GradientTape() as tape:
+        value = LabelSmoothedCrossEntropy(0.0)(labels, variable)
+    assert float(value) == pytest.approx(nll[mask].mean(), rel=1e-5)
+    expected = (np.exp(log_probs) - np.eye(vocab)[labels]) * mask[..., None] / mask.sum()
+    np.testing.assert_allclose(tape.gradient(value, variable), expected, atol=1e-6)
+    # Logits with a large common offset: exact to float32 rounding (no cancellation of large terms).
+    offset = logits + np.float32(1e3)
+    offset_log_probs = np_log_softmax(offset.astype(np.float64))
+    for eps in (0.0, 0.1):
+        target = eps / vocab + (1 - eps) * np.eye(vocab)[labels]
+        expected = -(target * offset_log_probs).sum(-1)[mask].mean()
+        assert float(LabelSmoothedCrossEntropy(eps)(labels, offset)) == pytest.approx(expected, rel=2e-6)
+    # Any padding id, also one that is not a vocabulary index.
+    padded = np.where(mask, labels, -1)
+    assert float(LabelSmoothedCrossEntropy(0.0, pad_id=-1)(padded, logits)) == pytest.approx(nll[mask].mean(), rel=1e-5)
+    perplexity, accuracy = TokenPerplexity(pad_id=-1), TokenAccuracy(pad_id=-1)
+    perplexity.update_state(padded, logits)
+    assert float(perplexity.result()) == pytest.approx(math.exp(nll[mask].mean()), rel=1e-5)
+    # Tied logits: the first index is the prediction, as arg-max.
+    accuracy.update_state(np.array([[1, 0]]), np.zeros((1, 2, vocab), "float32"))
+    assert float(accuracy.result()) == 0.5
 
 
 def test_fused_adam_updates_as_keras_adam():

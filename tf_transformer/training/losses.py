@@ -10,50 +10,59 @@ PAD_ID = 0
 
 
 def token_statistics(labels, logits):
-    """Per token: the largest logit, log Σ exp(logits) and the label's logit, each ``[batch, len]``.
+    """Per token: the largest logit, log Σ exp(logits − max) and the label's logit, each ``[batch, len]``.
 
     Also returns ``exp(logits − max)`` and its sum (``[batch, len, vocab]``, ``[batch, len, 1]``),
-    which the loss's gradient reuses. Float32 whatever the logits' dtype. The loss and the
-    token metrics call this on the same logits; inside a graph (``fit``, ``tf.function``,
-    XLA) TensorFlow merges the identical ops, so the metrics cost no further passes over
-    the ``[batch, len, vocab]`` logits.
+    which the loss's gradient reuses. Float32 whatever the logits' dtype; ``labels`` must
+    lie in ``[0, vocab)`` (see ``_labels_and_mask``). The loss and the token perplexity
+    call this on the same logits; inside a graph (``fit``, ``tf.function``, XLA)
+    TensorFlow merges the identical ops, so perplexity costs no further pass over the
+    ``[batch, len, vocab]`` logits. (Run eagerly, each caller pays for its own.)
     """
     logits = ops.cast(logits, "float32")  # [batch, len, vocab]
     labels = ops.cast(labels, "int32")  # [batch, len]
     top = tf.reduce_max(logits, axis=-1, keepdims=True)  # [batch, len, 1]
     shifted = tf.exp(logits - top)  # [batch, len, vocab]
     normalizer = tf.reduce_sum(shifted, axis=-1, keepdims=True)  # [batch, len, 1]
-    log_normalizer = (top + tf.math.log(normalizer))[..., 0]  # [batch, len]
-    picked = tf.gather(logits, labels, batch_dims=2)  # [batch, len]
+    log_normalizer = tf.math.log(normalizer)[..., 0]  # [batch, len]
+    picked = tf.gather(logits, labels, batch_dims=labels.shape.rank)  # [batch, len]
     return top[..., 0], log_normalizer, picked, shifted, normalizer
+
+
+def _labels_and_mask(y_true, pad_id):
+    """``(labels, mask)``: padding positions get label 0 (so any ``pad_id`` is a valid index), mask 1.0 elsewhere."""
+    labels = ops.cast(y_true, "int32")  # [batch, len]
+    keep = ops.not_equal(labels, pad_id)  # [batch, len]
+    return ops.where(keep, labels, 0), ops.cast(keep, "float32")
 
 
 def label_smoothed_nll(labels, logits, label_smoothing: float):
     """Per-token −Σ_j q_j log p_j with q = (1 − ε)·one_hot(label) + ε/V, ``[batch, len]`` float32.
 
-    Written out as log Σ exp(z) − (1 − ε)·z_label − (ε/V)·Σ_j z_j, with the gradient
-    ``softmax − q`` given directly: the exponentials of the forward pass are reused and
-    the label's term is subtracted at one position per token. This is about twice as fast
-    on CPU as ``tf.nn.softmax_cross_entropy_with_logits`` against a one-hot target (which
-    also needs that ``[batch, len, vocab]`` target built), and shares its passes with the
-    token metrics (see ``token_statistics``).
+    Written out as log Σ exp(z − m) − (1 − ε)·(z_label − m) − ε·(mean_j z_j − m), with
+    m the largest logit (log Σ exp(z) − (1 − ε)·z_label − (ε/V)·Σ_j z_j without the
+    cancellation of large terms), and with the gradient ``softmax − q`` given directly:
+    the exponentials of the forward pass are reused and the label's term is subtracted
+    at one position per token. About twice as fast on CPU as
+    ``tf.nn.softmax_cross_entropy_with_logits`` against a one-hot target (which also
+    needs that ``[batch, len, vocab]`` target built), and it shares its passes with the
+    token perplexity (see ``token_statistics``). ``labels`` must lie in ``[0, vocab)``.
     """
     labels = ops.cast(labels, "int32")  # [batch, len]
 
     @tf.custom_gradient
     def smoothed(logits):  # [batch, len, vocab] float32
-        _, log_normalizer, picked, shifted, normalizer = token_statistics(labels, logits)
-        vocab = tf.shape(logits)[-1]
-        uniform = label_smoothing / tf.cast(vocab, tf.float32)
-        loss = log_normalizer - (1.0 - label_smoothing) * picked  # [batch, len]
+        top, log_normalizer, picked, shifted, normalizer = token_statistics(labels, logits)
+        loss = log_normalizer - (1.0 - label_smoothing) * (picked - top)  # [batch, len]
         if label_smoothing:
-            loss -= uniform * tf.reduce_sum(logits, axis=-1)
+            loss -= label_smoothing * (tf.reduce_mean(logits, axis=-1) - top)
+        vocab = tf.shape(logits)[-1]
 
         def gradient(upstream):  # [batch, len]
             weight = upstream[..., None]  # [batch, len, 1]
             grad = shifted * (weight / normalizer)  # softmax · upstream, [batch, len, vocab]
             if label_smoothing:
-                grad -= uniform * weight
+                grad -= (label_smoothing / tf.cast(vocab, tf.float32)) * weight
             rows = tf.reshape(grad, [-1, vocab])  # [tokens, vocab]
             flat_labels = tf.reshape(labels, [-1])  # [tokens]
             positions = tf.stack([tf.range(tf.shape(flat_labels)[0]), flat_labels], axis=1)  # [tokens, 2]
@@ -85,8 +94,8 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         self.pad_id = pad_id
 
     def call(self, y_true, y_pred):
-        nll = label_smoothed_nll(y_true, y_pred, self.label_smoothing)  # [batch, len]
-        mask = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")  # [batch, len]
+        labels, mask = _labels_and_mask(y_true, self.pad_id)  # [batch, len] each
+        nll = label_smoothed_nll(labels, y_pred, self.label_smoothing)  # [batch, len]
         return ops.sum(nll * mask) / ops.maximum(ops.sum(mask), 1.0)
 
     def get_config(self):
@@ -97,11 +106,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class TokenAccuracy(keras.metrics.Metric):
-    """Share of non-padding target tokens whose label has the largest logit.
-
-    A tie for the largest logit counts as right. Uses ``token_statistics``, so in a graph
-    it shares the loss's pass over the logits.
-    """
+    """Share of non-padding target tokens whose arg-max prediction is right (ties: the first index)."""
 
     def __init__(self, pad_id: int = PAD_ID, name="token_accuracy", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -111,8 +116,8 @@ class TokenAccuracy(keras.metrics.Metric):
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         mask = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")  # [batch, len]
-        top, _, picked, _, _ = token_statistics(y_true, y_pred)
-        hits = ops.cast(picked >= top, "float32")  # [batch, len]
+        predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")  # [batch, len]
+        hits = ops.cast(ops.equal(predicted, ops.cast(y_true, "int32")), "float32")  # [batch, len]
         self.correct.assign_add(ops.sum(hits * mask))
         self.total.assign_add(ops.sum(mask))
 
@@ -138,9 +143,9 @@ class TokenPerplexity(keras.metrics.Metric):
         self.total = self.add_variable(shape=(), initializer="zeros", name="total", dtype="float32")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        _, log_normalizer, picked, _, _ = token_statistics(y_true, y_pred)
-        nll = log_normalizer - picked  # [batch, len]
-        mask = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
+        labels, mask = _labels_and_mask(y_true, self.pad_id)  # [batch, len] each
+        top, log_normalizer, picked, _, _ = token_statistics(labels, y_pred)
+        nll = log_normalizer - (picked - top)  # −log p(label), [batch, len]
         self.nll.assign_add(ops.sum(nll * mask))
         self.total.assign_add(ops.sum(mask))
 
