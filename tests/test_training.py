@@ -167,9 +167,10 @@ def test_loss_edge_cases():
 
 def test_fused_adam_updates_as_keras_adam():
     """``paper_optimizer``'s Adam (one fused kernel per variable) makes Keras Adam's updates, also under Mirrored."""
+    rng = np.random.default_rng(5)  # its own stream: the same numbers whichever tests ran before
     shapes = [(6, 5), (5,), (7, 5)]
-    initial = [RNG.normal(size=shape).astype("float32") for shape in shapes]
-    gradients = [[RNG.normal(size=shape).astype("float32") for shape in shapes] for _ in range(3)]
+    initial = [rng.normal(size=shape).astype("float32") for shape in shapes]
+    gradients = [[rng.normal(size=shape).astype("float32") for shape in shapes] for _ in range(3)]
     for step_gradients in gradients:
         step_gradients[2][[0, 2, 3, 5, 6]] = 0.0  # rows an embedding lookup did not touch
 
@@ -200,11 +201,11 @@ def test_fused_adam_updates_as_keras_adam():
     reference = trained(keras.optimizers.Adam)
     for actual, expected, start in zip(trained(FusedAdam, sparse=True), reference, initial, strict=True):
         assert not np.allclose(expected, start)
-        np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
     if len(tf.config.list_logical_devices("CPU")) >= 2:
         mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         for actual, expected in zip(trained(FusedAdam, mirrored), reference, strict=True):
-            np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
     clone = keras.optimizers.deserialize(keras.optimizers.serialize(paper_optimizer(64)))
     assert isinstance(clone, FusedAdam) and clone.beta_2 == 0.98
 
