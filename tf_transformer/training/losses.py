@@ -115,9 +115,9 @@ class TokenAccuracy(keras.metrics.Metric):
         self.total = self.add_variable(shape=(), initializer="zeros", name="total", dtype="float32")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        mask = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")  # [batch, len]
+        labels, mask = _labels_and_mask(y_true, self.pad_id)  # [batch, len] each
         predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")  # [batch, len]
-        hits = ops.cast(ops.equal(predicted, ops.cast(y_true, "int32")), "float32")  # [batch, len]
+        hits = ops.cast(ops.equal(predicted, labels), "float32")  # [batch, len]
         self.correct.assign_add(ops.sum(hits * mask))
         self.total.assign_add(ops.sum(mask))
 
