@@ -202,6 +202,29 @@ def test_frozen_translator_decodes_the_same_and_only_adds_untrained_variables():
     assert len(model.weights) == len(translator.model.weights)  # nothing added to the model
 
 
+@pytest.mark.parametrize("streams", [2, 3])
+def test_streams_decode_the_same_as_one_search(streams):
+    """Parts of unequal output lengths, a batch that does not divide evenly: same n-best, scores and steps."""
+    model = build_transformer(get_config("tiny"))
+    source = RNG.integers(4, 256, (5, 9)).astype("int32")
+    lengths = [3, 5, 2, 9, 6]  # the longest input (and so the longest output limit) in the last part
+    for row, length in enumerate(lengths):
+        source[row, length - 1] = EOS_ID
+        source[row, length:] = 0
+    translator = Translator(model, tokenizer=None, beam_size=3, extra_length=6)
+    in_graph = tf.function(
+        lambda x: translator.search(x, streams=streams), input_signature=[tf.TensorSpec([None, None], tf.int32)]
+    )  # batch size unknown when traced, as in an export
+    for batch in (source, source[:1]):  # fewer sentences than streams: the last one fills the others
+        ids, scores, steps = translator.search(batch)
+        split_ids, split_scores, split_steps = in_graph(batch)
+        np.testing.assert_array_equal(np.asarray(split_ids), np.asarray(ids))
+        np.testing.assert_allclose(np.asarray(split_scores), np.asarray(scores), atol=1e-5)
+        assert int(split_steps) == int(steps)
+    with pytest.raises(ValueError, match="streams"):
+        Translator(model, tokenizer=None, streams=0)
+
+
 @pytest.mark.parametrize("beam_size", [2, 4])
 def test_cached_beam_search_equals_uncached(beam_size):
     """Beams that reorder, share sentences and end at different steps: the cache changes nothing.

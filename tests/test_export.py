@@ -171,8 +171,8 @@ def test_translate_cli_keeps_input_order(exported):
     outputs = result.stdout.split("\n")[:-1]
     assert len(outputs) == 4 and outputs[2] == ""
     assert "translated 4/4" in result.stderr
-    single = subprocess.run(
-        [str(BIN / "tft-translate"), "--model", str(exported)],
+    single = subprocess.run(  # one sentence, TensorFlow's thread pools set by flag
+        [str(BIN / "tft-translate"), "--model", str(exported), "--intra_op_threads", "1", "--inter_op_threads", "2"],
         input="omega\n",
         capture_output=True,
         text=True,
@@ -283,6 +283,18 @@ def test_translate_cli_from_a_run_with_nbest(run_dir, exported):
     rows = [line.split("\t") for line in result.stdout.strip("\n").split("\n")]
     assert [r[0] for r in rows] == ["0", "0", "1", "1"]
     assert float(rows[0][1]) >= float(rows[1][1]) and float(rows[2][1]) >= float(rows[3][1])
+    streams = subprocess.run(
+        [str(BIN / "tft-translate"), "--model_dir", str(run_dir), "--beam_size", "3", "--nbest", "2"]
+        + ["--streams", "2", "--intra_op_threads", "1", "--inter_op_threads", "2"],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert streams.returncode == 0, streams.stderr[-3000:]
+    split_rows = [line.split("\t") for line in streams.stdout.strip("\n").split("\n")]
+    assert [(r[0], r[2]) for r in split_rows] == [(r[0], r[2]) for r in rows]  # one sentence per stream: same n-best
+    np.testing.assert_allclose([float(r[1]) for r in split_rows], [float(r[1]) for r in rows], atol=2e-4)
     refused = subprocess.run(
         [str(BIN / "tft-translate"), "--model", str(exported), "--nbest", "2"],
         input="zeta\n",

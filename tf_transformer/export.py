@@ -96,10 +96,12 @@ def export_run(
     min_length: int = 0,
     max_length: int | None = None,
     dtype: str | None = None,
+    streams: int = 1,
 ) -> str:
     """Exports the run in ``model_dir`` (its averaged or newest checkpoint) to ``output``.
 
-    The decoding settings (beam, α, length limits) are fixed in the exported graph.
+    The decoding settings (beam, α, length limits, ``streams`` of
+    :class:`~tf_transformer.translator.Translator`) are fixed in the exported graph.
     ``dtype`` (e.g. ``"bfloat16"``) stores and computes the weights in that dtype
     (:func:`~tf_transformer.model.inference_copy`); by default float32.
     """
@@ -118,5 +120,6 @@ def export_run(
         extra_length=config.extra_decode_length if extra_length is None else extra_length,
         min_length=min_length,
         max_length=max_length,
+        streams=streams,
     )
     return export_translator(translator, vocabulary, output, overwrite=overwrite)

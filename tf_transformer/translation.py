@@ -21,10 +21,13 @@ def translate_lines(model_path: str, lines: list[str], batch_size: int = 64, pro
     return results
 
 
-def translate_with_checkpoint(model_dir, lines, batch_size, beam_size, alpha, nbest, progress=None, checkpoint=None):
+def translate_with_checkpoint(
+    model_dir, lines, batch_size, beam_size, alpha, nbest, progress=None, checkpoint=None, streams=1
+):
     """n-best ``[(text, score), …]`` per line from a run's checkpoint, any beam size and α.
 
     ``checkpoint`` is a checkpoint prefix; by default the averaged one when it exists, else the newest.
+    ``streams``: see :class:`~tf_transformer.translator.Translator`.
     """
     import tensorflow as tf
 
@@ -43,6 +46,7 @@ def translate_with_checkpoint(model_dir, lines, batch_size, beam_size, alpha, nb
         beam_size=beam_size,
         alpha=config.length_penalty if alpha is None else alpha,
         extra_length=config.extra_decode_length,
+        streams=streams,
     )
     run = tf.function(lambda texts: translator.translate(texts, nbest=nbest), reduce_retracing=True)
     order = sorted(range(len(lines)), key=lambda i: len(lines[i]))

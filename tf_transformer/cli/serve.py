@@ -10,16 +10,20 @@ import sys
 
 from absl import app, flags
 
+from tf_transformer.cli import apply_thread_flags, define_thread_flags
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "SavedModel version directory (or its base directory of versions).", required=True)
 flags.DEFINE_string("host", "127.0.0.1", "Address to listen on.")
 flags.DEFINE_integer("port", 8501, "Port (TF Serving's REST default is 8501).")
 flags.DEFINE_integer("max_batch_size", 64, "Largest batch a request may carry.", lower_bound=1)
+define_thread_flags()
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    apply_thread_flags()
     from tf_transformer.serving import serve
 
     def ready(httpd, model):

@@ -12,6 +12,7 @@ import sys
 
 from absl import app, flags
 
+from tf_transformer.cli import apply_thread_flags, define_thread_flags
 from tf_transformer.translation import translate_lines, translate_with_checkpoint
 
 FLAGS = flags.FLAGS
@@ -22,6 +23,10 @@ flags.DEFINE_integer("beam_size", None, "Beam size (--model_dir only; default: t
 flags.DEFINE_float("alpha", None, "Length penalty α (--model_dir only; default: the config's, 0.6).")
 flags.DEFINE_integer("nbest", 1, "Hypotheses per input (--model_dir only), written 'index<TAB>score<TAB>text'.")
 flags.DEFINE_bool("scores", False, "Write 'score<TAB>translation' lines.")
+flags.DEFINE_integer(
+    "streams", 1, "Batch parts decoded side by side (--model_dir only; an export fixes its own).", lower_bound=1
+)
+define_thread_flags()
 
 
 def main(argv):
@@ -29,11 +34,12 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     if bool(FLAGS.model) == bool(FLAGS.model_dir):
         raise app.UsageError("Give exactly one of --model (an export) or --model_dir (a training run)")
-    if FLAGS.model and (FLAGS.beam_size or FLAGS.alpha is not None or FLAGS.nbest != 1):
+    if FLAGS.model and (FLAGS.beam_size or FLAGS.alpha is not None or FLAGS.nbest != 1 or FLAGS.streams != 1):
         raise app.UsageError(
-            "--beam_size, --alpha and --nbest are fixed when exporting (tft-export --beam_size/--alpha); "
+            "--beam_size, --alpha, --nbest and --streams are fixed when exporting (tft-export); "
             "use --model_dir to choose them at translation time"
         )
+    apply_thread_flags()
     lines = [line.rstrip("\r\n") for line in sys.stdin]
 
     def progress(done, total):
@@ -45,7 +51,14 @@ def main(argv):
     else:
         try:
             results = translate_with_checkpoint(
-                FLAGS.model_dir, lines, FLAGS.batch_size, FLAGS.beam_size, FLAGS.alpha, FLAGS.nbest, progress
+                FLAGS.model_dir,
+                lines,
+                FLAGS.batch_size,
+                FLAGS.beam_size,
+                FLAGS.alpha,
+                FLAGS.nbest,
+                progress,
+                streams=FLAGS.streams,
             )
         except (ValueError, FileNotFoundError) as error:
             raise app.UsageError(str(error)) from None
