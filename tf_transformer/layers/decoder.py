@@ -176,10 +176,12 @@ class DecoderLayer(keras.layers.Layer):
 
         ``memory_key`` / ``memory_value``: the encoder-decoder keys and values
         of ``memory`` ``[batch, src_len, d_model]`` split into heads, computed
-        once per sentence and shared by its hypotheses; and this layer's
-        kernels laid out for decoding, ``weights`` (from :meth:`decoding_weights`).
+        once per sentence and shared by its hypotheses (the keys transposed,
+        ``[batch, heads, d_k, src_len]``); and this layer's kernels laid out
+        for decoding, ``weights`` (from :meth:`decoding_weights`).
         """
-        memory_key, memory_value = self.cross_attention.project_key_value(memory)  # [batch, heads, src_len, d]
+        memory_key, memory_value = self.cross_attention.project_key_value(memory, transpose_keys=True)
+        # memory_key: [batch, heads, d_k, src_len]; memory_value: [batch, heads, src_len, d_v]
         return {"memory_key": memory_key, "memory_value": memory_value, **weights}
 
     def decode_step(self, x, cache, constants, self_attention_mask, memory_mask, step):
