@@ -79,6 +79,16 @@ flags.DEFINE_integer("tgt_len", 32, "Training target tokens per sentence.")
 flags.DEFINE_integer("steps", 8, "Timed training steps per system (after 2 warm-up steps; the median is reported).")
 flags.DEFINE_integer("rounds", 4, "Interleaved rounds the timed training steps are split into.")
 flags.DEFINE_integer("threads", 2, "Threads for every system.")
+flags.DEFINE_list("parts", ["train", "decode"], "What to measure: train, decode or both.")
+flags.DEFINE_integer(
+    "streams",
+    1,
+    "Decode each batch as this many equal parts side by side: ours exported with Translator(streams=N) and run "
+    "with --threads / N intra-op and --threads inter-op threads; CTranslate2 measured both ways (intra_threads = "
+    "--threads, and inter_threads = N over the same parts), its faster counting. Needs --parts decode (training "
+    "would run with fewer intra-op threads).",
+    lower_bound=1,
+)
 flags.DEFINE_enum(
     "hf_bfloat16_train",
     "auto",
@@ -140,6 +150,7 @@ def ours_decoder(size: str, dtype: str, batches: list[np.ndarray], tokenizer_pat
     """``run(i)`` decodes ``batches[i]`` through the exported SavedModel (fixed output length), as a server would.
 
     ``dtype`` as ``tft-export --dtype``: bfloat16 stores the weights in bfloat16.
+    The export splits each batch into ``--streams`` parts (``tft-export --streams``).
     """
     import tensorflow_text  # noqa: F401
 
@@ -157,6 +168,7 @@ def ours_decoder(size: str, dtype: str, batches: list[np.ndarray], tokenizer_pat
         beam_size=FLAGS.beam,
         min_length=FLAGS.output_tokens,
         max_length=FLAGS.output_tokens,
+        streams=FLAGS.streams,
     )
     path = export_translator(translator, tokenizer_path, os.path.join(work, f"ours_{size}_{dtype}", "1"))
     translate = tf.saved_model.load(path).signatures["translate_ids"]
@@ -320,24 +332,41 @@ def ct2_models(model, work: str) -> str:
     return ct2_dir, names
 
 
-def ct2_decoder(ct2_dir: str, names: list[str], compute_type: str, batches: list[np.ndarray]):
-    """``run(i)``: CTranslate2's ``translate_batch`` on ``batches[i]`` (as tokens; output length forced)."""
+def ct2_decoder(ct2_dir: str, names: list[str], compute_type: str, batches: list[np.ndarray], streams: int = 1):
+    """``run(i)``: CTranslate2's ``translate_batch`` on ``batches[i]`` (as tokens; output length forced).
+
+    ``streams > 1``: ``inter_threads=streams`` workers of ``--threads / streams``
+    threads each translate the batch's ``streams`` equal parts at once (as our
+    export splits it), submitted asynchronously.
+    """
     import ctranslate2
 
     translator = ctranslate2.Translator(
-        ct2_dir, device="cpu", compute_type=compute_type, intra_threads=FLAGS.threads, inter_threads=1
+        ct2_dir,
+        device="cpu",
+        compute_type=compute_type,
+        intra_threads=FLAGS.threads // streams,
+        inter_threads=streams,
     )
     last = FLAGS.vocab_size - 1
     token_batches = [[[names[i] for i in marian_ids(row) if i != last] for row in batch] for batch in batches]
+    options = dict(
+        beam_size=FLAGS.beam,
+        max_batch_size=FLAGS.batch,
+        min_decoding_length=FLAGS.output_tokens,
+        max_decoding_length=FLAGS.output_tokens,
+    )
 
     def run(i):
-        results = translator.translate_batch(
-            token_batches[i],
-            beam_size=FLAGS.beam,
-            max_batch_size=FLAGS.batch,
-            min_decoding_length=FLAGS.output_tokens,
-            max_decoding_length=FLAGS.output_tokens,
-        )
+        if streams == 1:
+            results = translator.translate_batch(token_batches[i], **options)
+        else:
+            part = -(-len(token_batches[i]) // streams)
+            pending = [
+                translator.translate_batch(token_batches[i][start : start + part], asynchronous=True, **options)
+                for start in range(0, len(token_batches[i]), part)
+            ]
+            results = [result.result() for results in pending for result in results]
         lengths = {len(r.hypotheses[0]) for r in results}
         assert lengths == {FLAGS.output_tokens}, lengths
 
@@ -418,11 +447,40 @@ def measure_size(size: str, batches, tokenizer_path: str, work: str, peaks: dict
     """Every system's training and decoding speed at ``size`` dimensions, systems interleaved."""
     systems = set(FLAGS.systems)
     log = lambda what, value: print(f"[{size}] {what}: {value}", flush=True)  # noqa: E731
-    trainers, figures, decoders = {}, {}, {}
     if systems & {"hf", "ct2"}:
         import torch
 
         torch.set_num_threads(FLAGS.threads)
+    train = measure_training(size, systems, peaks, log) if "train" in FLAGS.parts else {}
+    decode = measure_decoding(size, systems, batches, tokenizer_path, work, log) if "decode" in FLAGS.parts else {}
+
+    def best(table, prefix, key=None):
+        values = [(v[key] if key else v) for k, v in table.items() if k.startswith(prefix)]
+        return max(values) if values else None
+
+    ours_train_best = best(train, "ours", "tokens_per_second")
+    ours_decode_best = best(decode, "ours")
+    return {
+        "ours_train": {k: v for k, v in train.items() if k.startswith("ours")},
+        "train_tokens_per_second": {k: v["tokens_per_second"] for k, v in train.items()},
+        "decode_tokens_per_second": decode,
+        "params": {k: v["params"] for k, v in train.items()},
+        "train_ratio_vs_keras_hub": _ratio(ours_train_best, best(train, "keras_hub", "tokens_per_second")),
+        "train_ratio_vs_hf": _ratio(ours_train_best, best(train, "hf", "tokens_per_second")),
+        "train_ratio_vs_hf_float32": _ratio(
+            train.get("ours_float32", {}).get("tokens_per_second"), train.get("hf_float32", {}).get("tokens_per_second")
+        ),
+        "decode_ratio_vs_hf": _ratio(ours_decode_best, best(decode, "hf")),
+        "decode_ratio_vs_hf_float32": _ratio(decode.get("ours_float32"), decode.get("hf_float32")),
+        # Against CTranslate2's faster way of using the threads when it was measured both ways.
+        "decode_ratio_vs_ct2_fp32": _ratio(ours_decode_best, best(decode, "ct2_float32")),
+        "decode_ratio_vs_ct2_int8": _ratio(ours_decode_best, best(decode, "ct2_int8")),
+    }
+
+
+def measure_training(size: str, systems: set, peaks: dict, log) -> dict:
+    """Every system's training figures at ``size`` dimensions, interleaved (see :func:`interleaved_training`)."""
+    trainers, figures = {}, {}
     if "ours" in systems:
         for precision in ("float32", "mixed_bfloat16"):
             trainers[f"ours_{precision}"], figures[f"ours_{precision}"] = ours_trainer(size, precision)
@@ -449,12 +507,19 @@ def measure_size(size: str, batches, tokenizer_path: str, work: str, peaks: dict
             peaks[entry["peak_key"]] = max(peaks[entry["peak_key"]], matmul_peak(entry["peak_key"]))
     del trainers  # free the training models before decoding (they hold reference cycles)
     gc.collect()
+    return train
 
+
+def measure_decoding(size: str, systems: set, batches, tokenizer_path: str, work: str, log) -> dict:
+    """Every system's decoding speed at ``size`` dimensions, interleaved (see :func:`interleaved_decoding`)."""
+    decoders = {}
     if "ours" in systems:
         for dtype in ("float32", "bfloat16"):
             decoders[f"ours_{dtype}"] = ours_decoder(size, dtype, batches, tokenizer_path, work)
     if "hf" in systems:
         import copy
+
+        import torch
 
         model = marian(size)
         decoders["hf_float32"] = hf_decoder(model, batches)
@@ -463,29 +528,11 @@ def measure_size(size: str, batches, tokenizer_path: str, work: str, peaks: dict
         ct2_dir, names = ct2_models(marian(size), os.path.join(work, f"ct2_{size}"))
         for compute_type in ("float32", "int8"):
             decoders[f"ct2_{compute_type}"] = ct2_decoder(ct2_dir, names, compute_type, batches)
-    decode = interleaved_decoding(decoders, batches, log)
-
-    def best(table, prefix, key=None):
-        values = [(v[key] if key else v) for k, v in table.items() if k.startswith(prefix)]
-        return max(values) if values else None
-
-    ours_train_best = best(train, "ours", "tokens_per_second")
-    ours_decode_best = best(decode, "ours")
-    return {
-        "ours_train": {k: v for k, v in train.items() if k.startswith("ours")},
-        "train_tokens_per_second": {k: v["tokens_per_second"] for k, v in train.items()},
-        "decode_tokens_per_second": decode,
-        "params": {k: v["params"] for k, v in train.items()},
-        "train_ratio_vs_keras_hub": _ratio(ours_train_best, best(train, "keras_hub", "tokens_per_second")),
-        "train_ratio_vs_hf": _ratio(ours_train_best, best(train, "hf", "tokens_per_second")),
-        "train_ratio_vs_hf_float32": _ratio(
-            train.get("ours_float32", {}).get("tokens_per_second"), train.get("hf_float32", {}).get("tokens_per_second")
-        ),
-        "decode_ratio_vs_hf": _ratio(ours_decode_best, best(decode, "hf")),
-        "decode_ratio_vs_hf_float32": _ratio(decode.get("ours_float32"), decode.get("hf_float32")),
-        "decode_ratio_vs_ct2_fp32": _ratio(ours_decode_best, decode.get("ct2_float32")),
-        "decode_ratio_vs_ct2_int8": _ratio(ours_decode_best, decode.get("ct2_int8")),
-    }
+            if FLAGS.streams > 1:
+                decoders[f"ct2_{compute_type}_streams{FLAGS.streams}"] = ct2_decoder(
+                    ct2_dir, names, compute_type, batches, streams=FLAGS.streams
+                )
+    return interleaved_decoding(decoders, batches, log)
 
 
 def main(argv):
@@ -494,8 +541,14 @@ def main(argv):
         raise app.UsageError(f"--data {FLAGS.data}: not found (real corpora live in ../shared/data)")
     if FLAGS.rounds < 1 or FLAGS.steps % FLAGS.rounds:
         raise app.UsageError(f"--steps {FLAGS.steps} must be a positive multiple of --rounds {FLAGS.rounds}")
+    if not set(FLAGS.parts) <= {"train", "decode"} or not FLAGS.parts:
+        raise app.UsageError(f"--parts {','.join(FLAGS.parts)}: give train, decode or both")
+    if FLAGS.streams > 1 and "train" in FLAGS.parts:
+        raise app.UsageError("--streams needs --parts decode: training would run with fewer intra-op threads")
+    if FLAGS.threads % FLAGS.streams:
+        raise app.UsageError(f"--threads {FLAGS.threads} must be a multiple of --streams {FLAGS.streams}")
     logging.set_verbosity(logging.WARNING)
-    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads // FLAGS.streams)
     tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
     peaks = {"float32": matmul_peak("float32"), "bfloat16": matmul_peak("bfloat16")}
     results = {}
@@ -528,6 +581,8 @@ def main(argv):
                 "output_tokens": FLAGS.output_tokens,
                 "train_batch": [FLAGS.train_batch, FLAGS.src_len, FLAGS.tgt_len],
                 "threads": FLAGS.threads,
+                "parts": FLAGS.parts,
+                "streams": FLAGS.streams,
                 "hf_bfloat16_train": FLAGS.hf_bfloat16_train,
                 "bfloat16_hardware": has_bfloat16_hardware(),
                 "machine": machine(),
