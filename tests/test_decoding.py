@@ -32,14 +32,20 @@ def test_cached_steps_equal_the_full_forward_pass(overrides, dtype, atol):
     # 12 positions: past the first cache block of 8, in a cache of 13 (not a whole number of blocks).
     targets = np.concatenate([np.full((2, 1), BOS_ID), RNG.integers(4, 256, (2, 11))], axis=1).astype("int32")
     full = np.asarray(model({"inputs": source, "targets": targets}, training=False))  # [2, 12, vocab]
-    memory, memory_mask = model.encode(source, training=False)
-    constants = model.decoder.decoding_constants(memory)
-    caches = model.decoder.empty_cache(2, 13, memory.dtype)
-    for step in range(targets.shape[1]):
-        logits, caches = model.decode_step(targets[:, step], caches, constants, memory_mask, step)
-        # bfloat16 rounds to 8 significant bits: allow a few units in the last place of each logit.
-        rtol = 2e-2 if dtype == "mixed_bfloat16" else 0.0
-        np.testing.assert_allclose(np.asarray(logits), full[:, step], atol=atol, rtol=rtol)
+    # As a Translator decodes (projections of real tokens only, zeros at padding) and from the padded encoder.
+    for packed in (True, False):
+        if packed:
+            memory, memory_mask = model.encode_tokens(source)
+            constants = model.decoder.decoding_constants(memory, memory_mask=memory_mask)
+        else:
+            memory, memory_mask = model.encode(source, training=False)
+            constants = model.decoder.decoding_constants(memory)
+        caches = model.decoder.empty_cache(2, 13, memory.dtype)
+        for step in range(targets.shape[1]):
+            logits, caches = model.decode_step(targets[:, step], caches, constants, memory_mask, step)
+            # bfloat16 rounds to 8 significant bits: allow a few units in the last place of each logit.
+            rtol = 2e-2 if dtype == "mixed_bfloat16" else 0.0
+            np.testing.assert_allclose(np.asarray(logits), full[:, step], atol=atol, rtol=rtol)
 
 
 def test_beam_1_equals_greedy():

@@ -91,6 +91,19 @@ def test_padded_source_positions_do_not_change_outputs():
     np.testing.assert_allclose(logits_a, logits_b, atol=1e-5)
 
 
+@pytest.mark.parametrize("overrides", [{}, {"pre_norm": True, "position": "learned", "attention_bias": True}])
+def test_encoding_only_the_real_tokens_equals_the_padded_encoder(overrides):
+    """Inference skips padding in the position-wise work: same memory at real positions, zeros elsewhere."""
+    model = build_transformer(get_config("tiny", **overrides))
+    source = random_ids(3, 7, pad_from=[5, 2, 7])  # a different length per sentence, the longest last
+    padded, mask = model.encode(source, training=False)
+    packed, packed_mask = tf.function(model.encode_tokens)(source)
+    real = source != 0
+    np.testing.assert_array_equal(np.asarray(packed_mask), np.asarray(mask))
+    np.testing.assert_allclose(np.asarray(packed)[real], np.asarray(padded)[real], atol=1e-5)
+    assert not np.asarray(packed)[~real].any()
+
+
 def test_decoder_is_causal():
     model = tiny_model()
     source = random_ids(2, 6)

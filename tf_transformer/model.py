@@ -112,6 +112,15 @@ class Transformer(keras.Model):
         memory = self.encoder(embedded, padding_mask=memory_mask, training=training)  # [batch, src_len, d_model]
         return memory, memory_mask
 
+    def encode_tokens(self, source_ids):
+        """:meth:`encode` for inference, the position-wise work on real tokens only (``Encoder.encode_tokens``).
+
+        The memory is zero at padded positions, which the decoder never attends to.
+        """
+        memory_mask = masks.padding_mask(source_ids)  # [batch, 1, 1, src_len]
+        embedded = self.source_embedding(source_ids)  # [batch, src_len, d_model]
+        return self.encoder.encode_tokens(embedded, memory_mask), memory_mask  # [batch, src_len, d_model]
+
     def decode(self, target_ids, memory, memory_mask, training=None):
         """Runs the decoder on ``target_ids`` (BOS first); returns float32 logits ``[batch, tgt_len, vocab]``."""
         self_mask = masks.decoder_self_attention_mask(target_ids)  # [batch, 1, tgt_len, tgt_len]

@@ -142,13 +142,13 @@ class Translator(tf.Module):
         if min_length:
             max_lengths = tf.maximum(max_lengths, min_length)
         max_length = tf.reduce_max(max_lengths)
-        memory, memory_mask = model.encode(inputs, training=False)  # [batch, src_len, d_model]
+        memory, memory_mask = model.encode_tokens(inputs)  # [batch, src_len, d_model]
 
         if use_cache:
             # Encoder-decoder keys and values once per sentence, shared by its beams;
             # the decoder's kernels laid out for one-row-per-hypothesis products.
             weights = None if self.frozen_weights is None else self.frozen_weights.layers
-            constants = model.decoder.decoding_constants(memory, weights)
+            constants = model.decoder.decoding_constants(memory, weights, memory_mask)
             cache = model.decoder.empty_cache(batch, max_length, memory.dtype, beam_size=beam_size)
             reorder_cache = model.decoder.reorder_cache
 

@@ -217,19 +217,43 @@ class MultiHeadAttention(keras.layers.Layer):
             return output, weights
         return output
 
-    def project_key_value(self, memory, transpose_keys: bool = False):
+    def attend_tokens(self, rows, tokens, attention_mask):
+        """Self-attention of the real tokens of a padded batch (inference only).
+
+        ``rows`` ``[n, d]`` are the real tokens that ``tokens`` (a
+        :class:`~tf_transformer.masks.TokenPacking`) took out of a ``[batch,
+        len]`` batch. The projections multiply only these rows; queries, keys
+        and values go back to their positions for eq. 1 within each sentence
+        (``attention_mask`` ``[batch, 1, 1, len]``), and the heads of the real
+        tokens come out again for W^O. Returns ``[n, output_dim]``.
+        """
+        q = self._split_heads(tokens.pad(self.query_dense(rows)), self.key_dim)  # [batch, heads, len, d_k]
+        k = self._split_heads(tokens.pad(self.key_dense(rows)), self.key_dim)  # [batch, heads, len, d_k]
+        v = self._split_heads(tokens.pad(self.value_dense(rows)), self.value_dim)  # [batch, heads, len, d_v]
+        heads, _ = self.attention(q, k, v, attention_mask=attention_mask, training=False)  # [batch, heads, len, d_v]
+        heads = tokens.take(ops.transpose(heads, (0, 2, 1, 3)))  # [n, heads, d_v]
+        return self._output_dense(ops.reshape(heads, (-1, self.num_heads * self.value_dim)))  # [n, output_dim]
+
+    def project_key_value(self, memory, transpose_keys: bool = False, tokens=None):
         """Keys and values of ``memory`` split into heads, for cached decoding.
 
         Returns ``([batch, heads, len, d_k], [batch, heads, len, d_v])``, the keys
         as ``[batch, heads, d_k, len]`` with ``transpose_keys`` (for
         :func:`transposed_key_attention`). The decoder computes these once per
-        sentence for encoder-decoder attention.
+        sentence for encoder-decoder attention. With ``tokens`` (a
+        :class:`~tf_transformer.masks.TokenPacking` of the memory's real
+        positions) only those rows are projected; padded positions, which
+        attention masks, get zeros.
         """
-        key = self._split_heads(self.key_dense(memory), self.key_dim)  # [batch, heads, len, d_k]
+        if tokens is None:
+            key, value = self.key_dense(memory), self.value_dense(memory)  # [batch, len, h·d]
+        else:
+            rows = tokens.take(memory)  # [n, d_model]
+            key, value = tokens.pad(self.key_dense(rows)), tokens.pad(self.value_dense(rows))  # [batch, len, h·d]
+        key = self._split_heads(key, self.key_dim)  # [batch, heads, len, d_k]
         if transpose_keys:
             key = ops.transpose(key, (0, 1, 3, 2))  # [batch, heads, d_k, len]
-        value = self._split_heads(self.value_dense(memory), self.value_dim)  # [batch, heads, len, d_v]
-        return key, value
+        return key, self._split_heads(value, self.value_dim)  # value: [batch, heads, len, d_v]
 
     def group_heads(self, x, groups, depth):
         """``[groups * size, heads * depth]`` rows → ``[groups, heads, size, depth]``."""

@@ -7,6 +7,7 @@ import tensorflow as tf
 from keras import ops
 from tensorflow.python.ops import control_flow_util
 
+from tf_transformer import masks
 from tf_transformer.layers.attention import MultiHeadAttention
 from tf_transformer.layers.decoding_kernels import project
 from tf_transformer.layers.encoder import LayerStack, ResidualSublayer, _layer_kwargs
@@ -171,16 +172,18 @@ class DecoderLayer(keras.layers.Layer):
             "feed_forward": self.feed_forward.decoding_weights(),
         }
 
-    def decoding_constants(self, memory, weights):
+    def decoding_constants(self, memory, weights, tokens=None):
         """What :meth:`decode_step` reuses at every step of one search (inference only).
 
         ``memory_key`` / ``memory_value``: the encoder-decoder keys and values
         of ``memory`` ``[batch, src_len, d_model]`` split into heads, computed
         once per sentence and shared by its hypotheses (the keys transposed,
-        ``[batch, heads, d_k, src_len]``); and this layer's kernels laid out
-        for decoding, ``weights`` (from :meth:`decoding_weights`).
+        ``[batch, heads, d_k, src_len]``; with ``tokens``, a
+        :class:`~tf_transformer.masks.TokenPacking`, for the real positions
+        only); and this layer's kernels laid out for decoding, ``weights``
+        (from :meth:`decoding_weights`).
         """
-        memory_key, memory_value = self.cross_attention.project_key_value(memory, transpose_keys=True)
+        memory_key, memory_value = self.cross_attention.project_key_value(memory, transpose_keys=True, tokens=tokens)
         # memory_key: [batch, heads, d_k, src_len]; memory_value: [batch, heads, src_len, d_v]
         return {"memory_key": memory_key, "memory_value": memory_value, **weights}
 
@@ -288,18 +291,20 @@ class Decoder(LayerStack):
         """
         return [layer.decoding_weights() for layer in self.decoder_layers]
 
-    def decoding_constants(self, memory, weights=None):
+    def decoding_constants(self, memory, weights=None, memory_mask=None):
         """Every layer's per-search constants for :meth:`decode_step` (inference only).
 
         ``memory`` is ``[batch, src_len, d_model]``, not repeated per beam: the
         beams of a sentence share its encoder-decoder keys and values (see
         ``MultiHeadAttention.attend``). ``weights`` come from
         :meth:`decoding_weights`; by default they are prepared here, once per
-        search, outside the decoding loop.
+        search, outside the decoding loop. With ``memory_mask`` ``[batch, 1, 1,
+        src_len]`` the keys and values are projected for the real positions only.
         """
         weights = self.decoding_weights() if weights is None else weights
+        tokens = None if memory_mask is None else masks.TokenPacking(memory_mask[:, 0, 0, :])
         return [
-            layer.decoding_constants(memory, layer_weights)
+            layer.decoding_constants(memory, layer_weights, tokens)
             for layer, layer_weights in zip(self.decoder_layers, weights, strict=True)
         ]
 

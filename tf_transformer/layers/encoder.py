@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 
+from tf_transformer import masks
 from tf_transformer.layers.attention import MultiHeadAttention
 from tf_transformer.layers.feed_forward import PositionwiseFeedForward
 from tf_transformer.layers.normalization import LayerNormalization
@@ -137,6 +138,17 @@ class EncoderLayer(keras.layers.Layer):
             x, sublayer=lambda h: self.feed_forward(h, training=training), training=training
         )  # [batch, src_len, d_model]
 
+    def encode_tokens(self, rows, tokens, attention_mask):
+        """:meth:`call` on the real tokens' rows ``[n, d_model]`` (inference; see :meth:`Encoder.encode_tokens`)."""
+        x = self.self_attention_residual(
+            rows,
+            sublayer=lambda h: self.self_attention.attend_tokens(h, tokens, attention_mask),
+            training=False,
+        )  # [n, d_model]
+        return self.feed_forward_residual(
+            x, sublayer=lambda h: self.feed_forward(h, training=False), training=False
+        )  # [n, d_model]
+
     def compute_output_shape(self, x_shape):
         return x_shape
 
@@ -266,6 +278,21 @@ class Encoder(LayerStack):
         for layer in self.encoder_layers:
             x = layer(x, attention_mask=padding_mask, training=training)  # [batch, src_len, d_model]
         return self._finish(x)
+
+    def encode_tokens(self, embedded, padding_mask):
+        """:meth:`call` for inference with the position-wise work done on the real tokens only.
+
+        A batch padded to its longest sentence is largely padding (newstest2013
+        in batches of 32: 43 % real tokens). The projections, FFNs and norms run
+        on the real tokens' rows; only eq. 1 sees the padded batch. Returns
+        ``[batch, src_len, d_model]``: the real positions as :meth:`call` computes
+        them, zeros at padding (which every attention over the memory masks).
+        """
+        tokens = masks.TokenPacking(padding_mask[:, 0, 0, :])
+        x = tokens.take(embedded + self.position_layer(embedded)[None])  # [n, d_model]
+        for layer in self.encoder_layers:
+            x = layer.encode_tokens(x, tokens, padding_mask)  # [n, d_model]
+        return tokens.pad(self._finish(x))  # [batch, src_len, d_model]
 
     def compute_output_shape(self, embedded_shape):
         return embedded_shape
