@@ -366,7 +366,7 @@ def ct2_decoder(ct2_dir: str, names: list[str], compute_type: str, batches: list
                 translator.translate_batch(token_batches[i][start : start + part], asynchronous=True, **options)
                 for start in range(0, len(token_batches[i]), part)
             ]
-            results = [result.result() for results in pending for result in results]
+            results = [result.result() for part in pending for result in part]
         lengths = {len(r.hypotheses[0]) for r in results}
         assert lengths == {FLAGS.output_tokens}, lengths
 

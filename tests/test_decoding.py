@@ -28,7 +28,7 @@ RNG = np.random.default_rng(5)
 def test_cached_steps_equal_the_full_forward_pass(overrides, dtype, atol):
     model = build_transformer(get_config("tiny", **overrides), dtype=dtype)
     source = RNG.integers(4, 256, (2, 7)).astype("int32")
-    source[1, 5:] = 0
+    source[1, 5:] = 0  # padding: zero memory keys and values there when packed, masked either way
     # 12 positions: past the first cache block of 8, in a cache of 13 (not a whole number of blocks).
     targets = np.concatenate([np.full((2, 1), BOS_ID), RNG.integers(4, 256, (2, 11))], axis=1).astype("int32")
     full = np.asarray(model({"inputs": source, "targets": targets}, training=False))  # [2, 12, vocab]

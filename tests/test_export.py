@@ -153,6 +153,17 @@ def test_bfloat16_export_loads_in_a_fresh_process_and_translates(run_dir, tmp_pa
     assert loaded["tf2"][1] == "" and all(np.isfinite(loaded["scores"]))
 
 
+def test_export_with_streams_translates_as_in_process(run_dir, tmp_path):
+    """A graph traced with two streams, saved and loaded: the in-process translations (7 sentences: 4 + 3)."""
+    import tensorflow_text  # noqa: F401  registers the SentencePiece ops
+
+    output = export_run(str(run_dir), str(tmp_path / "tiny_en_de" / "1"), extra_length=10, streams=2)
+    outputs = tf.saved_model.load(output).signatures["serving_default"](inputs=tf.constant(SENTENCES))
+    texts, scores = in_process(run_dir)
+    assert [t.decode() for t in outputs["translations"].numpy()] == texts
+    np.testing.assert_allclose(outputs["scores"].numpy(), scores, atol=1e-4)
+
+
 def test_existing_export_is_not_overwritten(run_dir, exported):
     with pytest.raises(FileExistsError, match="exists"):
         export_run(str(run_dir), str(exported))

@@ -115,11 +115,15 @@ class Transformer(keras.Model):
     def encode_tokens(self, source_ids):
         """:meth:`encode` for inference, the position-wise work on real tokens only (``Encoder.encode_tokens``).
 
-        The memory is zero at padded positions, which the decoder never attends to.
+        The memory is zero at padded positions, which the decoder never attends
+        to (a row of padding only has no real position: its memory is all zeros
+        where :meth:`encode` would give values as meaningless). The number of
+        real tokens sets shapes inside, so this is for graphs, not XLA.
         """
         memory_mask = masks.padding_mask(source_ids)  # [batch, 1, 1, src_len]
         embedded = self.source_embedding(source_ids)  # [batch, src_len, d_model]
-        return self.encoder.encode_tokens(embedded, memory_mask), memory_mask  # [batch, src_len, d_model]
+        memory = self.encoder.encode_tokens(embedded, memory_mask)  # [batch, src_len, d_model]
+        return memory, memory_mask
 
     def decode(self, target_ids, memory, memory_mask, training=None):
         """Runs the decoder on ``target_ids`` (BOS first); returns float32 logits ``[batch, tgt_len, vocab]``."""
@@ -134,10 +138,11 @@ class Transformer(keras.Model):
         """Incremental decoding: ids ``[batch * size]`` at position ``step`` → float32 logits ``[batch * size, vocab]``.
 
         ``size`` hypotheses (beams) per sentence, consecutive. ``cache`` comes
-        from ``decoder.empty_cache(batch, max_len, dtype, size)``,
-        ``constants`` from ``decoder.decoding_constants(memory)`` (once per search) and
-        ``memory_mask`` from :meth:`encode` (``[batch, …]``, not per beam);
-        returns ``(logits, cache)``.
+        from ``decoder.empty_cache(batch, max_len, dtype, size)``, ``constants``
+        from ``decoder.decoding_constants(memory, memory_mask=memory_mask)``
+        (once per search; the mask optional) and ``memory``, ``memory_mask``
+        from :meth:`encode_tokens` or :meth:`encode` (``[batch, …]``, not per
+        beam); returns ``(logits, cache)``.
         """
         embedded = self.target_embedding(target_ids[:, None])  # [batch * size, 1, d_model]
         hidden, cache = self.decoder.decode_step(embedded, cache, constants, memory_mask, step)

@@ -38,8 +38,9 @@ class Translator(tf.Module):
         ``inter_op_parallelism_threads=streams``: a decoding step is hundreds of
         small ops, and each then runs whole on one core instead of being split
         across the cores op by op. Measured on a 2-core CPU (batches of 32, beam
-        4): ``small`` 1.14x, ``base`` 1.03x the single search on two intra-op
-        threads (docs/benchmarks.md). Translations are the same as one search's.
+        4): ``small`` 1.17x, ``base`` ~1.03x the single search on two intra-op
+        threads (docs/benchmarks.md). Translations are one search's, up to float
+        rounding (the products see fewer rows).
     """
 
     def __init__(

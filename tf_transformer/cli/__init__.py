@@ -17,7 +17,7 @@ def define_thread_flags() -> None:
     flags.DEFINE_integer(
         "inter_op_threads",
         0,
-        "TensorFlow ops run side by side (0: TensorFlow's default). The export's --streams for such an export.",
+        "TensorFlow ops run side by side (0: TensorFlow's default). For an export with --streams N, N.",
         lower_bound=0,
     )
 

@@ -87,8 +87,7 @@ def transposed_key_attention(query, key_t, value, attention_mask):
     """Eq. 1 over keys stored transposed (cached decoding, inference only).
 
     ``query`` ``[groups, heads, size, d_k]``; ``key_t`` ``[groups, heads, d_k,
-    k_len]``, as :meth:`MultiHeadAttention.project_key_value` returns it with
-    ``transpose_keys``; ``value`` ``[groups, heads, k_len, d_v]``;
+    k_len]``, as :meth:`MultiHeadAttention.project_key_value` returns it; ``value`` ``[groups, heads, k_len, d_v]``;
     ``attention_mask`` broadcastable to ``[groups, heads, size, k_len]``. The
     encoder-decoder keys are the same at every step of a search: transposed
     once, each step's Q Kᵀ is a plain product, where the product with a
@@ -234,25 +233,22 @@ class MultiHeadAttention(keras.layers.Layer):
         heads = tokens.take(ops.transpose(heads, (0, 2, 1, 3)))  # [n, heads, d_v]
         return self._output_dense(ops.reshape(heads, (-1, self.num_heads * self.value_dim)))  # [n, output_dim]
 
-    def project_key_value(self, memory, transpose_keys: bool = False, tokens=None):
-        """Keys and values of ``memory`` split into heads, for cached decoding.
+    def project_key_value(self, memory, tokens=None):
+        """Keys and values of ``memory`` split into heads, for cached decoding (see :meth:`attend`).
 
-        Returns ``([batch, heads, len, d_k], [batch, heads, len, d_v])``, the keys
-        as ``[batch, heads, d_k, len]`` with ``transpose_keys`` (for
-        :func:`transposed_key_attention`). The decoder computes these once per
-        sentence for encoder-decoder attention. With ``tokens`` (a
-        :class:`~tf_transformer.masks.TokenPacking` of the memory's real
-        positions) only those rows are projected; padded positions, which
-        attention masks, get zeros.
+        Returns ``(keys [batch, heads, d_k, len], values [batch, heads, len, d_v])``:
+        the keys transposed, as :func:`transposed_key_attention` takes them. The
+        decoder computes these once per sentence for encoder-decoder attention.
+        With ``tokens`` (a :class:`~tf_transformer.masks.TokenPacking` of the
+        memory's real positions) only those rows are projected; padded
+        positions, which attention masks, get zeros.
         """
         if tokens is None:
             key, value = self.key_dense(memory), self.value_dense(memory)  # [batch, len, h·d]
         else:
             rows = tokens.take(memory)  # [n, d_model]
             key, value = tokens.pad(self.key_dense(rows)), tokens.pad(self.value_dense(rows))  # [batch, len, h·d]
-        key = self._split_heads(key, self.key_dim)  # [batch, heads, len, d_k]
-        if transpose_keys:
-            key = ops.transpose(key, (0, 1, 3, 2))  # [batch, heads, d_k, len]
+        key = ops.transpose(self._split_heads(key, self.key_dim), (0, 1, 3, 2))  # [batch, heads, d_k, len]
         return key, self._split_heads(value, self.value_dim)  # value: [batch, heads, len, d_v]
 
     def group_heads(self, x, groups, depth):
@@ -303,7 +299,8 @@ class MultiHeadAttention(keras.layers.Layer):
         ``size`` hypotheses per group (the beams of one sentence, projected with
         ``kernels["input"]`` of :meth:`decoding_weights`, see :meth:`group_heads`);
         a group attends over its own keys and values, never copied per beam:
-        keys stored transposed, ``key_heads`` ``[groups, heads, d_k, k_len]``, and
+        keys stored transposed, ``key_heads`` ``[groups, heads, d_k, k_len]`` (as
+        :meth:`project_key_value` returns them; not the ``[.., k_len, d_k]`` of eq. 1), and
         ``value_heads`` ``[groups, heads, k_len, d_v]`` (attention_mask
         broadcastable to ``[groups, heads, size, k_len]``, see
         :func:`transposed_key_attention`), or a cache in blocks ``[blocks,

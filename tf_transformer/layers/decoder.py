@@ -183,7 +183,7 @@ class DecoderLayer(keras.layers.Layer):
         only); and this layer's kernels laid out for decoding, ``weights``
         (from :meth:`decoding_weights`).
         """
-        memory_key, memory_value = self.cross_attention.project_key_value(memory, transpose_keys=True, tokens=tokens)
+        memory_key, memory_value = self.cross_attention.project_key_value(memory, tokens=tokens)
         # memory_key: [batch, heads, d_k, src_len]; memory_value: [batch, heads, src_len, d_v]
         return {"memory_key": memory_key, "memory_value": memory_value, **weights}
 
