@@ -49,17 +49,21 @@ def run_dir(tmp_path_factory):
     return root / "run"
 
 
-@pytest.fixture(scope="module")
-def exported(run_dir, tmp_path_factory):
-    output = tmp_path_factory.mktemp("saved_models") / "tiny_en_de" / "1"
+def export_cli(run_dir, output, *flags):
+    """``tft-export`` of ``run_dir`` to ``output`` (maximum output length input + 10) in a fresh process."""
     result = subprocess.run(
-        [str(BIN / "tft-export"), "--model_dir", str(run_dir), "--output", str(output), "--extra_length", "10"],
+        [str(BIN / "tft-export"), "--model_dir", str(run_dir), "--output", str(output), "--extra_length", "10", *flags],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return output
+
+
+@pytest.fixture(scope="module")
+def exported(run_dir, tmp_path_factory):
+    return export_cli(run_dir, tmp_path_factory.mktemp("saved_models") / "tiny_en_de" / "1")
 
 
 def in_process(run_dir):
@@ -127,15 +131,7 @@ def test_fresh_process_loads_with_both_loaders_and_matches(run_dir, exported):
 
 def test_bfloat16_export_loads_in_a_fresh_process_and_translates(run_dir, tmp_path):
     """``--dtype bfloat16``: bfloat16 variables in the SavedModel; both loaders run it."""
-    output = tmp_path / "tiny_bf16" / "1"
-    result = subprocess.run(
-        [str(BIN / "tft-export"), "--model_dir", str(run_dir), "--output", str(output), "--extra_length", "10"]
-        + ["--dtype", "bfloat16"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    output = export_cli(run_dir, tmp_path / "tiny_bf16" / "1", "--dtype", "bfloat16")
     prefix = str(output / "variables" / "variables")
     values = [tf.train.load_variable(prefix, name) for name, _ in tf.train.list_variables(prefix)]
     float_dtypes = {v.dtype.name for v in values if isinstance(v, np.ndarray) and v.dtype.kind in "fV"}
@@ -155,15 +151,7 @@ def test_bfloat16_export_loads_in_a_fresh_process_and_translates(run_dir, tmp_pa
 
 def test_export_with_streams_translates_as_in_process(run_dir, tmp_path):
     """A graph traced with two streams, saved and loaded: the in-process translations (7 sentences: 4 + 3)."""
-    output = tmp_path / "tiny_en_de" / "1"
-    exported = subprocess.run(
-        [str(BIN / "tft-export"), "--model_dir", str(run_dir), "--output", str(output), "--extra_length", "10"]
-        + ["--streams", "2"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert exported.returncode == 0, exported.stderr[-3000:]
+    output = export_cli(run_dir, tmp_path / "tiny_en_de" / "1", "--streams", "2")
     translated = subprocess.run(
         [str(BIN / "tft-translate"), "--model", str(output), "--scores"]
         + ["--intra_op_threads", "1", "--inter_op_threads", "2"],
