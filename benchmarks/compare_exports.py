@@ -1,0 +1,111 @@
+"""Decoding speed of several exports side by side (a tool, not a test): is a change faster, and the same?
+
+    # the same weights exported by two commits (tft-export with --min_length = --max_length = 40)
+    python benchmarks/compare_exports.py --export saved_models/before/1 --export saved_models/after/1
+
+This machine's speed drifts by ±20 % over minutes, more than most changes to
+the decoder are worth, so timing one export after another decides nothing.
+Here every export is loaded into one process and the batches of newstest2013
+go through them interleaved: batch ``i`` through every export in turn, the
+order rotating from batch to batch and round to round. Each export's
+``translate_ids`` ids are compared with the first export's on every batch
+(``ids_identical``: a change meant to be exact must keep them). Sources are
+tokenized with the first export's ``assets/sp.model``. Target tokens count the
+ids each export produced (EOS included), so exports with a fixed output length
+(min = max) do equal work. The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as tf_transformer does: set before TensorFlow loads
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+import pipelines  # noqa: E402
+from benchmarks.common import machine, source_batches  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_multi_string("export", None, "SavedModel directories (tft-export output); the first is the reference.")
+flags.DEFINE_string("data", "../shared/data/newstest/newstest2013.en", "Source sentences, one per line.")
+flags.DEFINE_integer("sentences", 512, "Source sentences decoded per round.", lower_bound=1)
+flags.DEFINE_integer("batch", 32, "Sentences per batch.", lower_bound=1)
+flags.DEFINE_integer("rounds", 2, "Passes over the sentences.", lower_bound=1)
+flags.DEFINE_integer("intra_op_threads", 2, "TensorFlow intra-op threads (1 for exports made with --streams N).")
+flags.DEFINE_integer("inter_op_threads", 2, "TensorFlow inter-op threads.")
+flags.mark_flag_as_required("export")
+
+
+def main(argv):
+    del argv
+    import tensorflow_text  # noqa: F401  registers the SentencePiece ops the exports use
+
+    if len(FLAGS.export) < 2:
+        raise app.UsageError("give at least two --export directories to compare")
+    for path in FLAGS.export:
+        if not os.path.exists(os.path.join(path, "saved_model.pb")):
+            raise app.UsageError(f"--export {path}: no saved_model.pb there (a tft-export output directory?)")
+    if not os.path.exists(FLAGS.data):
+        raise app.UsageError(f"--data {FLAGS.data}: not found (real corpora live in ../shared/data)")
+    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
+    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_threads)
+    with open(FLAGS.data, encoding="utf-8") as handle:
+        lines = [line.strip() for line in handle][: FLAGS.sentences]
+    tokenizer = pipelines.Tokenizer(os.path.join(FLAGS.export[0], "assets", "sp.model"))
+    batches = source_batches(tokenizer, lines, FLAGS.batch)
+    translate = [tf.saved_model.load(path).signatures["translate_ids"] for path in FLAGS.export]
+    for run in translate:  # warm-up: the first call of a signature builds its kernels
+        run(inputs=tf.constant(batches[0]))
+
+    count = len(translate)
+    seconds, tokens, identical = [0.0] * count, [0] * count, [True] * count
+    for round_index in range(FLAGS.rounds):
+        for i, batch in enumerate(batches):
+            first = (i + round_index) % count
+            outputs = {}
+            for j in list(range(first, count)) + list(range(first)):
+                start = time.perf_counter()
+                outputs[j] = translate[j](inputs=tf.constant(batch))["ids"].numpy()  # [batch, out_len]
+                seconds[j] += time.perf_counter() - start
+                tokens[j] += int(np.count_nonzero(outputs[j]))
+            for j in range(1, count):
+                identical[j] = identical[j] and np.array_equal(outputs[0], outputs[j])
+
+    results = []
+    for path, spent, produced, same in zip(FLAGS.export, seconds, tokens, identical, strict=True):
+        speed = produced / spent
+        results.append(
+            {
+                "export": path,
+                "target_tokens_per_second": round(speed, 1),
+                "ratio_to_first": round(speed / (tokens[0] / seconds[0]), 3),
+                "ids_identical": same,
+            }
+        )
+        print(json.dumps(results[-1]), flush=True)
+    print(
+        json.dumps(
+            {
+                "benchmark": "compare_exports",
+                "sentences": len(lines),
+                "batch": FLAGS.batch,
+                "rounds": FLAGS.rounds,
+                "intra_op_threads": FLAGS.intra_op_threads,
+                "inter_op_threads": FLAGS.inter_op_threads,
+                "results": results,
+                "machine": machine(),
+                "tensorflow": tf.__version__,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)
