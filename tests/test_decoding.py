@@ -251,6 +251,49 @@ def test_cached_beam_search_equals_uncached(beam_size):
         np.testing.assert_allclose(np.asarray(cached_scores), np.asarray(full_scores), atol=1e-4)
 
 
+def test_first_step_once_per_sentence_equals_every_hypothesis():
+    """Step 0 on one row per sentence: the same logits, and after it the cache every hypothesis reads is the same."""
+    model = build_transformer(get_config("tiny"))
+    batch, size = 2, 3
+    source = RNG.integers(4, 256, (batch, 6)).astype("int32")
+    source[1, 4:] = 0
+    memory, memory_mask = model.encode_tokens(source)
+    constants = model.decoder.decoding_constants(memory, memory_mask=memory_mask)
+    every = model.decoder.empty_cache(batch, 10, memory.dtype, beam_size=size)
+    once = model.decoder.empty_cache(batch, 10, memory.dtype, beam_size=size)
+    logits_every, every = model.decode_step(np.full(batch * size, BOS_ID, "int32"), every, constants, memory_mask, 0)
+    logits_once, once = model.decode_first_step(np.full(batch, BOS_ID, "int32"), once, constants, memory_mask)
+    np.testing.assert_allclose(np.asarray(logits_once), np.asarray(logits_every)[::size], atol=1e-5)
+    # Every hypothesis continues beam 0 (as after beam search's step 0), each with its own token.
+    from_first = np.zeros((batch, size), "int32")
+    every, once = (model.decoder.reorder_cache(cache, from_first) for cache in (every, once))
+    ids = RNG.integers(4, 256, batch * size).astype("int32")
+    for step in (1, 2):
+        logits_every, every = model.decode_step(ids, every, constants, memory_mask, step)
+        logits_once, once = model.decode_step(ids, once, constants, memory_mask, step)
+        np.testing.assert_allclose(np.asarray(logits_once), np.asarray(logits_every), atol=1e-5)
+
+
+def test_beam_search_first_step_fn_changes_nothing():
+    """A first step computed once per sentence gives the same hypotheses and scores as one per beam."""
+    vocab, batch, beam = 40, 3, 4
+    table = tf.constant(RNG.normal(size=(vocab, 12, vocab)).astype("float32"))  # logits by (last id, step)
+
+    def step_fn(ids, cache, step):
+        return tf.nn.log_softmax(tf.gather(table[:, step], ids), axis=-1), cache  # [rows, vocab]
+
+    def first_step_fn(ids, cache):
+        return step_fn(ids, cache, 0)
+
+    max_lengths = tf.constant([5, 9, 7])
+    plain = beam_search(step_fn, {}, batch, max_lengths, beam_size=beam, alpha=0.6, min_length=2)
+    once = beam_search(
+        step_fn, {}, batch, max_lengths, beam_size=beam, alpha=0.6, min_length=2, first_step_fn=first_step_fn
+    )
+    for a, b in zip(plain, once, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 @pytest.mark.parametrize("n,k", [(8000, 8), (1280, 2), (4096, 16), (1031, 8)])
 def test_chunked_top_k_equals_top_k(n, k):
     """Same values, indices and tie order as tf.math.top_k, ties and all-equal rows included."""

@@ -89,6 +89,7 @@ def beam_search(
     vocab_size=None,
     reorder_cache=None,
     min_length=0,
+    first_step_fn=None,
 ):
     """Finds the ``beam_size`` best continuations of BOS for each batch row.
 
@@ -105,6 +106,14 @@ def beam_search(
         of row ``b`` continues beam ``beams[b, k]``; by default every cache
         tensor is gathered along its ``[batch*beam]`` axis. A model whose cache
         can move less (the Transformer decoder moves only an index) passes its own.
+      first_step_fn: optional ``(ids [batch], cache) → (log_probs [batch, vocab],
+        cache)`` for step 0 with one row per sentence: every beam of a sentence
+        starts from BOS with the same empty cache and only the first is alive,
+        so ``step_fn`` on all ``batch*beam`` rows would compute the same row
+        ``beam`` times. The cache it returns must hold what ``step_fn`` would
+        have written for beam 0 of each sentence, which every hypothesis
+        continues after step 0 (``reorder_cache`` then copies it to all).
+        Without it, step 0 runs ``step_fn`` like every other step.
 
     Returns:
       ``(ids int32[batch, beam, length], scores float32[batch, beam], steps)``:
@@ -140,11 +149,9 @@ def beam_search(
         row_done = tf.logical_or(row_done, step >= max_lengths)
         return tf.logical_and(step < max_length, tf.logical_not(tf.reduce_all(row_done)))
 
-    def body(step, live_ids, live_log_probs, finished_ids, finished_scores, finished_flags, cache):
-        ids = _flatten(live_ids[:, :, step])  # [batch*K]
-        log_probs, cache = step_fn(ids, cache, step)  # [batch*K, vocab]
+    def advance(log_probs, step, live_ids, live_log_probs, finished_ids, finished_scores, finished_flags, cache):
+        """The state after step ``step``, from its ``log_probs`` ``[batch, K, vocab]``."""
         vocab = tf.shape(log_probs)[-1]
-        log_probs = _unflatten(log_probs, batch, k)  # [batch, K, vocab]
         # One additive [batch, vocab] bias bans what may not come next: padding and
         # BOS always, EOS before the minimum length, all but EOS at a row's maximum.
         tokens = tf.range(vocab)  # [vocab]
@@ -192,9 +199,22 @@ def beam_search(
         finished_flags = tf.gather(all_flags, pick, batch_dims=1)
         return step + 1, live_ids, live_log_probs, finished_ids, finished_scores, finished_flags, cache
 
+    def body(step, live_ids, live_log_probs, finished_ids, finished_scores, finished_flags, cache):
+        ids = _flatten(live_ids[:, :, step])  # [batch*K]
+        log_probs, cache = step_fn(ids, cache, step)  # [batch*K, vocab]
+        log_probs = _unflatten(log_probs, batch, k)  # [batch, K, vocab]
+        return advance(log_probs, step, live_ids, live_log_probs, finished_ids, finished_scores, finished_flags, cache)
+
     state = (tf.constant(0), live_ids, live_log_probs, finished_ids, finished_scores, finished_flags, initial_cache)
+    iterations = max_length
+    if first_step_fn is not None:
+        # Step 0 once per sentence; its row stands for every beam (only the first is alive).
+        first_log_probs, cache = first_step_fn(live_ids[:, 0, 0], initial_cache)  # [batch, vocab]
+        log_probs = tf.tile(first_log_probs[:, None, :], [1, k, 1])  # [batch, K, vocab]
+        state = advance(log_probs, *state[:-1], cache)
+        iterations = tf.maximum(max_length - 1, 0)
     step, live_ids, live_log_probs, finished_ids, finished_scores, finished_flags, _ = tf.while_loop(
-        not_done, body, state, maximum_iterations=max_length
+        not_done, body, state, maximum_iterations=iterations
     )
     # Finished hypotheses first, then live ones (only when fewer than K finished).
     live_scores = live_log_probs / length_penalty(step, alpha)  # [batch, K]

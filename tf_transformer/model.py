@@ -149,6 +149,18 @@ class Transformer(keras.Model):
         # hidden: [batch * size, d_model]
         return self.target_embedding(hidden, reverse=True), cache  # [batch * size, vocab]
 
+    def decode_first_step(self, target_ids, cache, constants, memory_mask):
+        """:meth:`decode_step` at position 0 with one row per sentence: ids ``[batch]`` → logits ``[batch, vocab]``.
+
+        Every hypothesis of a sentence starts from BOS with the same empty
+        cache, so beam search computes step 0 once per sentence; the returned
+        cache is :meth:`decode_step`'s for all of them
+        (``Decoder.decode_first_step``). Returns ``(logits, cache)``.
+        """
+        embedded = self.target_embedding(target_ids[:, None])  # [batch, 1, d_model]
+        hidden, cache = self.decoder.decode_first_step(embedded, cache, constants, memory_mask)  # [batch, d_model]
+        return self.target_embedding(hidden, reverse=True), cache  # [batch, vocab]
+
     def call(self, inputs, training=None):
         memory, memory_mask = self.encode(inputs["inputs"], training=training)
         return self.decode(inputs["targets"], memory, memory_mask, training=training)

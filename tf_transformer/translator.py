@@ -156,12 +156,16 @@ class Translator(tf.Module):
             def step_fn(ids, cache, step):
                 logits, cache = model.decode_step(ids, cache, constants, memory_mask, step)
                 return tf.nn.log_softmax(logits, axis=-1), cache  # [batch * beam, vocab]
+
+            def first_step_fn(ids, cache):  # step 0 once per sentence, not once per beam
+                logits, cache = model.decode_first_step(ids, cache, constants, memory_mask)
+                return tf.nn.log_softmax(logits, axis=-1), cache  # [batch, vocab]
         else:
             # Every beam of a sentence runs the full decoder: tile to [batch * beam, ...].
             memory = tf.repeat(memory, beam_size, axis=0)
             memory_mask = tf.repeat(memory_mask, beam_size, axis=0)
             cache = {"prefix": tf.zeros([batch * beam_size, max_length], tf.int32)}  # [batch*beam, max_len]
-            reorder_cache = None
+            reorder_cache = first_step_fn = None
 
             def step_fn(ids, cache, step):
                 position = tf.one_hot(step, max_length, dtype=tf.int32)[None, :]  # [1, max_len]
@@ -178,6 +182,7 @@ class Translator(tf.Module):
             alpha=alpha,
             reorder_cache=reorder_cache,
             min_length=min_length or 0,
+            first_step_fn=first_step_fn,
         )
 
     def translate_ids(self, inputs):

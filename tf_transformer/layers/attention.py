@@ -314,6 +314,16 @@ class MultiHeadAttention(keras.layers.Layer):
             heads = transposed_key_attention(query_heads, key_heads, value_heads, attention_mask)
         return project(self._ungroup_heads(heads), kernels["output"])  # [groups * size, output_dim]
 
+    def attend_to_itself(self, value_heads, kernels):
+        """Attention of each query over its own key and value alone (inference only).
+
+        With a single key, eq. 1's softmax gives it weight 1, so each head's
+        output is its value: the first decoding step, where position 0 sees
+        only itself. ``value_heads`` ``[groups, heads, size, d_v]``; returns
+        ``[groups * size, output_dim]``, as :meth:`attend` would.
+        """
+        return project(self._ungroup_heads(value_heads), kernels["output"])  # [groups * size, output_dim]
+
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         output_dim = self.output_dim if self.output_dim is not None else query_shape[-1]
         return tuple(query_shape[:-1]) + (output_dim,)

@@ -187,7 +187,7 @@ class DecoderLayer(keras.layers.Layer):
         # memory_key: [batch, heads, d_k, src_len]; memory_value: [batch, heads, src_len, d_v]
         return {"memory_key": memory_key, "memory_value": memory_value, **weights}
 
-    def decode_step(self, x, cache, constants, self_attention_mask, memory_mask, step):
+    def decode_step(self, x, cache, constants, self_attention_mask, memory_mask, step, first_of=None):
         """One incremental step (inference) of ``size`` hypotheses per sentence.
 
         ``x`` is ``[batch * size, d_model]``, one row per hypothesis, at
@@ -201,6 +201,12 @@ class DecoderLayer(keras.layers.Layer):
         :meth:`Decoder.decode_step`); attention reads only those blocks.
         ``constants`` come from :meth:`decoding_constants`. Returns
         ``(output [batch * size, d_model], cache)``.
+
+        ``first_of``: the first step (position 0) with one row per sentence
+        standing for all ``first_of`` hypotheses of the cache (see
+        :meth:`Decoder.decode_first_step`). Its key and value fill every
+        hypothesis's slot of position 0, and self-attention, which sees
+        position 0 alone, is the value itself; ``self_attention_mask`` is unused.
         """
         attention = self.self_attention
         groups = ops.shape(cache["key"])[1]
@@ -210,6 +216,11 @@ class DecoderLayer(keras.layers.Layer):
         def self_attend(h):
             projected = project(h, self_kernels["input"])  # [batch * size, h·d_k + h·d_k + h·d_v]
             query, new_key, new_value = attention.split_query_key_value(projected, groups)  # [batch, heads, size, d]
+            if first_of is not None:  # one row per sentence: its value is the attention output
+                for name, new in (("key", new_key), ("value", new_value)):
+                    new = ops.repeat(new, first_of, axis=2)  # [batch, heads, first_of, d]: every hypothesis's slot
+                    updated[name] = write_slots(cache[name], ops.cast(new, cache[name].dtype), step)
+                return attention.attend_to_itself(new_value, self_kernels)  # [batch, d_model]
             for name, new in (("key", new_key), ("value", new_value)):
                 updated[name] = write_slots(cache[name], ops.cast(new, cache[name].dtype), step)
             blocks = ops.shape(self_attention_mask)[0]  # those holding positions 0..step, or all under XLA
@@ -375,5 +386,27 @@ class Decoder(LayerStack):
         layer_caches = []
         for layer, layer_cache, layer_constants in zip(self.decoder_layers, cache["layers"], constants, strict=True):
             x, layer_cache = layer.decode_step(x, layer_cache, layer_constants, self_mask, memory_mask, step)
+            layer_caches.append(layer_cache)
+        return self._finish(x), {"history": history, "layers": layer_caches}
+
+    def decode_first_step(self, embedded, cache, constants, memory_mask):
+        """Step 0 once per sentence: ``embedded`` ``[batch, 1, d_model]`` → ``([batch, d_model], cache)``.
+
+        At position 0 every hypothesis of a sentence holds BOS and an empty
+        cache, so their step is one computation; beam search runs it on one
+        row per sentence instead of ``size`` (see ``beam_search``'s
+        ``first_step_fn``). ``cache`` is :meth:`empty_cache`'s; the returned
+        cache is what :meth:`decode_step` writes at step 0 for every
+        hypothesis, with the same results.
+        """
+        history = cache["history"]  # [batch * size, blocks * block]
+        groups = ops.shape(memory_mask)[0]
+        size = ops.shape(history)[0] // groups
+        own = (ops.arange(ops.shape(history)[0]) % size)[:, None]  # [batch * size, 1]
+        history = ops.where((ops.arange(ops.shape(history)[1]) == 0)[None, :], own, history)  # position 0: its own
+        x = (embedded + self.position_layer(embedded, start_index=0)[None])[:, 0]  # [batch, d_model]
+        layer_caches = []
+        for layer, layer_cache, layer_constants in zip(self.decoder_layers, cache["layers"], constants, strict=True):
+            x, layer_cache = layer.decode_step(x, layer_cache, layer_constants, None, memory_mask, 0, first_of=size)
             layer_caches.append(layer_cache)
         return self._finish(x), {"history": history, "layers": layer_caches}
