@@ -93,3 +93,9 @@ def timed(run, batches) -> float:
     for batch in batches:
         run(batch)
     return time.perf_counter() - start
+
+
+def rotated(names: list, offset: int) -> list:
+    """``names`` starting at ``offset`` (wrapping): the order interleaved benchmarks run their systems in."""
+    offset %= max(len(names), 1)
+    return names[offset:] + names[:offset]

@@ -30,7 +30,7 @@ import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 import pipelines  # noqa: E402
-from benchmarks.common import machine, source_batches  # noqa: E402
+from benchmarks.common import machine, rotated, source_batches  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("export", None, "SavedModel directories (tft-export output); the first is the reference.")
@@ -68,9 +68,8 @@ def main(argv):
     seconds, tokens, identical = [0.0] * count, [0] * count, [True] * count
     for round_index in range(FLAGS.rounds):
         for i, batch in enumerate(batches):
-            first = (i + round_index) % count
             outputs = {}
-            for j in list(range(first, count)) + list(range(first)):
+            for j in rotated(list(range(count)), i + round_index):
                 start = time.perf_counter()
                 outputs[j] = translate[j](inputs=tf.constant(batch))["ids"].numpy()  # [batch, out_len]
                 seconds[j] += time.perf_counter() - start

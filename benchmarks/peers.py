@@ -57,6 +57,7 @@ from benchmarks.common import (  # noqa: E402
     has_bfloat16_hardware,
     machine,
     matmul_peak,
+    rotated,
     source_batches,
 )
 from configs import get_config  # noqa: E402
@@ -398,11 +399,6 @@ def _set_mfu(result: dict, ours: dict, peaks: dict) -> None:
     result["train_mfu_precision"] = best_key.removeprefix("ours_")
 
 
-def _rotated(names: list[str], offset: int) -> list[str]:
-    offset %= max(len(names), 1)
-    return names[offset:] + names[:offset]
-
-
 def interleaved_training(runners: dict, log) -> dict:
     """Target tokens/s of each ``run(steps)`` in ``runners``: ``--rounds`` interleaved rounds, median step.
 
@@ -413,7 +409,7 @@ def interleaved_training(runners: dict, log) -> dict:
     per_round = FLAGS.steps // FLAGS.rounds
     times = {name: [] for name in runners}
     for round_ in range(FLAGS.rounds):
-        for name in _rotated(list(runners), round_):
+        for name in rotated(list(runners), round_):
             times[name] += runners[name](per_round)
     speeds = {name: _median_tokens_per_second(t) for name, t in times.items()}
     for name, speed in speeds.items():
@@ -432,7 +428,7 @@ def interleaved_decoding(runners: dict, batches: list[np.ndarray], log) -> dict:
         run(0)
     seconds = dict.fromkeys(runners, 0.0)
     for i in range(len(batches)):
-        for name in _rotated(list(runners), i):
+        for name in rotated(list(runners), i):
             start = time.perf_counter()
             runners[name](i)
             seconds[name] += time.perf_counter() - start

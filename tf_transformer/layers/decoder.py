@@ -216,13 +216,12 @@ class DecoderLayer(keras.layers.Layer):
         def self_attend(h):
             projected = project(h, self_kernels["input"])  # [batch * size, h·d_k + h·d_k + h·d_v]
             query, new_key, new_value = attention.split_query_key_value(projected, groups)  # [batch, heads, size, d]
-            if first_of is not None:  # one row per sentence: its value is the attention output
-                for name, new in (("key", new_key), ("value", new_value)):
-                    new = ops.repeat(new, first_of, axis=2)  # [batch, heads, first_of, d]: every hypothesis's slot
-                    updated[name] = write_slots(cache[name], ops.cast(new, cache[name].dtype), step)
-                return attention.attend_to_itself(new_value, self_kernels)  # [batch, d_model]
             for name, new in (("key", new_key), ("value", new_value)):
+                if first_of is not None:  # one row per sentence fills every hypothesis's slot
+                    new = ops.repeat(new, first_of, axis=2)  # [batch, heads, first_of, d]
                 updated[name] = write_slots(cache[name], ops.cast(new, cache[name].dtype), step)
+            if first_of is not None:  # position 0 sees itself alone: its value is the output
+                return attention.attend_to_itself(new_value, self_kernels)  # [batch, d_model]
             blocks = ops.shape(self_attention_mask)[0]  # those holding positions 0..step, or all under XLA
             key = first_blocks(updated["key"], blocks)  # [blocks, batch, heads, block * size, d_k]
             value = first_blocks(updated["value"], blocks)  # [blocks, batch, heads, block * size, d_v]
@@ -368,26 +367,19 @@ class Decoder(LayerStack):
         work of the whole cache); under XLA, which needs static shapes, all
         are, with the unwritten positions masked.
         """
-        history = cache["history"]  # [batch * size, blocks * block]
-        groups = ops.shape(memory_mask)[0]
-        hypotheses, max_len = ops.shape(history)[0], ops.shape(history)[1]
-        size = hypotheses // groups
+        history, size = self._write_history(cache["history"], memory_mask, step)  # [batch * size, max_len]
+        max_len = ops.shape(history)[1]
         positions = ops.arange(max_len)  # [max_len]
-        own = (ops.arange(hypotheses) % size)[:, None]  # [batch * size, 1]
-        history = ops.where(positions[None, :] == step, own, history)  # [batch * size, max_len]
         blocks = max_len // CACHE_BLOCK if _in_xla() else step // CACHE_BLOCK + 1
         seen = blocks * CACHE_BLOCK
         visible = ops.logical_and(
             history[:, :seen, None] == ops.arange(size)[None, None, :], (positions[:seen] <= step)[None, :, None]
         )  # [batch * size, seen, size]
+        groups = ops.shape(memory_mask)[0]
         visible = ops.reshape(visible, (groups, size, blocks, CACHE_BLOCK * size))  # [batch, size, blocks, slots]
         self_mask = ops.transpose(visible, (2, 0, 1, 3))[:, :, None]  # [blocks, batch, 1, size, slots]
-        x = (embedded + self.position_layer(embedded, start_index=step)[None])[:, 0]  # [batch * size, d_model]
-        layer_caches = []
-        for layer, layer_cache, layer_constants in zip(self.decoder_layers, cache["layers"], constants, strict=True):
-            x, layer_cache = layer.decode_step(x, layer_cache, layer_constants, self_mask, memory_mask, step)
-            layer_caches.append(layer_cache)
-        return self._finish(x), {"history": history, "layers": layer_caches}
+        x, layer_caches = self._layers_step(embedded, cache, constants, self_mask, memory_mask, step)
+        return x, {"history": history, "layers": layer_caches}
 
     def decode_first_step(self, embedded, cache, constants, memory_mask):
         """Step 0 once per sentence: ``embedded`` ``[batch, 1, d_model]`` → ``([batch, d_model], cache)``.
@@ -399,14 +391,29 @@ class Decoder(LayerStack):
         cache is what :meth:`decode_step` writes at step 0 for every
         hypothesis, with the same results.
         """
-        history = cache["history"]  # [batch * size, blocks * block]
-        groups = ops.shape(memory_mask)[0]
-        size = ops.shape(history)[0] // groups
-        own = (ops.arange(ops.shape(history)[0]) % size)[:, None]  # [batch * size, 1]
-        history = ops.where((ops.arange(ops.shape(history)[1]) == 0)[None, :], own, history)  # position 0: its own
-        x = (embedded + self.position_layer(embedded, start_index=0)[None])[:, 0]  # [batch, d_model]
+        history, size = self._write_history(cache["history"], memory_mask, 0)  # [batch * size, max_len]
+        x, layer_caches = self._layers_step(embedded, cache, constants, None, memory_mask, 0, first_of=size)
+        return x, {"history": history, "layers": layer_caches}
+
+    def _write_history(self, history, memory_mask, step):
+        """``history`` ``[batch * size, max_len]`` with position ``step`` written by each hypothesis itself.
+
+        Returns it and ``size``, the hypotheses per sentence (``memory_mask``
+        ``[batch, 1, 1, src_len]`` gives the sentences).
+        """
+        hypotheses = ops.shape(history)[0]
+        size = hypotheses // ops.shape(memory_mask)[0]
+        own = (ops.arange(hypotheses) % size)[:, None]  # [batch * size, 1]
+        positions = ops.arange(ops.shape(history)[1])  # [max_len]
+        return ops.where(positions[None, :] == step, own, history), size
+
+    def _layers_step(self, embedded, cache, constants, self_mask, memory_mask, step, first_of=None):
+        """Positions, every layer's :meth:`DecoderLayer.decode_step`, the final norm: ``(x, layer caches)``."""
+        x = (embedded + self.position_layer(embedded, start_index=step)[None])[:, 0]  # [rows, d_model]
         layer_caches = []
         for layer, layer_cache, layer_constants in zip(self.decoder_layers, cache["layers"], constants, strict=True):
-            x, layer_cache = layer.decode_step(x, layer_cache, layer_constants, None, memory_mask, 0, first_of=size)
+            x, layer_cache = layer.decode_step(
+                x, layer_cache, layer_constants, self_mask, memory_mask, step, first_of=first_of
+            )  # [rows, d_model]
             layer_caches.append(layer_cache)
-        return self._finish(x), {"history": history, "layers": layer_caches}
+        return self._finish(x), layer_caches
