@@ -251,9 +251,13 @@ class MultiHeadAttention(keras.layers.Layer):
         key = ops.transpose(self._split_heads(key, self.key_dim), (0, 1, 3, 2))  # [batch, heads, d_k, len]
         return key, self._split_heads(value, self.value_dim)  # value: [batch, heads, len, d_v]
 
-    def group_heads(self, x, groups, depth):
-        """``[groups * size, heads * depth]`` rows → ``[groups, heads, size, depth]``."""
-        x = ops.reshape(x, (groups, -1, self.num_heads, depth))  # [groups, size, heads, depth]
+    def group_heads(self, x, size, depth):
+        """``[groups * size, heads * depth]`` rows → ``[groups, heads, size, depth]``.
+
+        ``size`` is the rows per group; a Python int (the beam size of a
+        search) keeps the reshape's shape a constant, not ops of every step.
+        """
+        x = ops.reshape(x, (-1, size, self.num_heads, depth))  # [groups, size, heads, depth]
         return ops.transpose(x, (0, 2, 1, 3))  # [groups, heads, size, depth]
 
     def _ungroup_heads(self, x):
@@ -261,22 +265,23 @@ class MultiHeadAttention(keras.layers.Layer):
         x = ops.transpose(x, (0, 2, 1, 3))  # [groups, size, heads, d_v]
         return ops.reshape(x, (-1, self.num_heads * self.value_dim))  # [groups * size, heads * d_v]
 
-    def split_query_key_value(self, projected, groups):
+    def split_query_key_value(self, projected, size):
         """Rows projected by the fused self-attention kernel → query, key and value heads.
 
         ``projected`` is ``[groups * size, h·d_k + h·d_k + h·d_v]`` (see
-        :meth:`decoding_weights`); returns three ``[groups, heads, size, d]``.
+        :meth:`decoding_weights`), ``size`` rows per group (see
+        :meth:`group_heads`); returns three ``[groups, heads, size, d]``.
         When ``d_k == d_v`` one transpose moves all three and slicing its
         first axis shares the buffer; otherwise each is split and moved.
         """
         if self.key_dim == self.value_dim:
-            x = ops.reshape(projected, (groups, -1, 3, self.num_heads, self.key_dim))  # [groups, size, 3, heads, d]
+            x = ops.reshape(projected, (-1, size, 3, self.num_heads, self.key_dim))  # [groups, size, 3, heads, d]
             x = ops.transpose(x, (2, 0, 3, 1, 4))  # [3, groups, heads, size, d]
             return [x[0], x[1], x[2]]  # slices of the first axis: views (when aligned), not copies
         widths = [self.num_heads * self.key_dim] * 2 + [self.num_heads * self.value_dim]
         query, key, value = tf.split(projected, widths, axis=-1)  # [groups * size, h·d]
         depths = (self.key_dim, self.key_dim, self.value_dim)
-        return [self.group_heads(x, groups, depth) for x, depth in zip((query, key, value), depths, strict=True)]
+        return [self.group_heads(x, size, depth) for x, depth in zip((query, key, value), depths, strict=True)]
 
     def decoding_weights(self, self_attention: bool) -> dict:
         """This layer's kernels laid out for :meth:`attend`, prepared once per search.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import keras
 import tensorflow as tf
 from keras import ops
@@ -34,38 +36,74 @@ def new_slots(shape, dtype):
     return tf.raw_ops.Empty(shape=ops.stack(shape), dtype=dtype, init=True)
 
 
-def write_slots(cache, new, position):
+class CacheStep(NamedTuple):
+    """Where one decoding step writes and reads every layer's cache (see :meth:`Decoder.decode_step`).
+
+    The layers' caches share their addressing: built once per step by the
+    decoder, so that no layer repeats the shape arithmetic (which, in ops of a
+    few microseconds each, had been a third of a layer's ops in a step).
+    """
+
+    position: tf.Tensor  # int32 scalar: the position every hypothesis writes
+    write_rows: tf.Tensor | None  # int32[batch * heads]: rows of write_slots' flat view (None under XLA)
+    read_size: tf.Tensor | None  # int32[5]: tf.slice size of the blocks attention reads (None at position 0)
+    mask: tf.Tensor | None  # bool [blocks read, batch, 1, size, slots]: each hypothesis's own prefix
+
+
+def slot_rows(cache, position):
+    """The rows of :func:`write_slots`' flat view that ``position`` takes, one per sentence and head.
+
+    ``cache`` ``[blocks, batch, heads, CACHE_BLOCK * size, d]``: position ``p`` lives
+    in block ``p // CACHE_BLOCK``, at row ``p % CACHE_BLOCK`` of its ``(batch, head)``.
+    """
+    _, batch, heads, _, _ = ops.shape(cache)
+    return (
+        (position // CACHE_BLOCK) * (batch * heads * CACHE_BLOCK)
+        + ops.arange(batch * heads) * CACHE_BLOCK
+        + position % CACHE_BLOCK
+    )  # [batch * heads]
+
+
+def write_slots(cache, new, position, rows=None):
     """``cache`` ``[blocks, batch, heads, block * size, d]`` with ``new`` ``[batch, heads, size, d]`` at ``position``.
 
     Position ``p`` lives in block ``p // block``, slots ``(p % block) * size``
     onwards. Viewed as rows of ``size * d`` (one per block, batch, head and
     position in the block), the write is ``InplaceUpdate`` of ``batch * heads``
-    rows: it changes the buffer in place instead of copying the whole cache
+    rows, ``rows`` (:func:`slot_rows`, computed here when not given): it changes
+    the buffer in place instead of copying the whole cache
     every step, as ``ops.slice_update`` (an XLA op compiled on demand) does
     outside XLA. The cache passed in must come from :func:`new_slots` or an
     earlier write and must not be used again: only the returned tensor is
     valid. Under XLA, which has no ``InplaceUpdate`` kernel and updates loop
     buffers in place itself, this is ``ops.slice_update``.
     """
-    size = ops.shape(new)[2]
-    blocks, batch, heads, slots, depth = (ops.shape(cache)[i] for i in range(5))
-    block = slots // size
+    _, _, size, depth = ops.shape(new)
     if _in_xla():
+        block = ops.shape(cache)[3] // size
         return ops.slice_update(cache, (position // block, 0, 0, (position % block) * size, 0), new[None])
-    rows = (position // block) * (batch * heads * block) + ops.arange(batch * heads) * block + position % block
-    flat = ops.reshape(cache, (blocks * batch * heads * block, size * depth))  # [rows, size * d]
-    flat = tf.raw_ops.InplaceUpdate(x=flat, i=rows, v=ops.reshape(new, (batch * heads, size * depth)))
-    return ops.reshape(flat, (blocks, batch, heads, slots, depth))
+    if rows is None:
+        rows = slot_rows(cache, position)
+    width = size * depth  # a constant when the beam size and depth are
+    flat = tf.reshape(cache, [-1, width])  # [blocks * batch * heads * block, size * d]
+    flat = tf.raw_ops.InplaceUpdate(x=flat, i=rows, v=tf.reshape(new, [-1, width]))
+    return tf.reshape(flat, tf.shape(cache))
 
 
-def first_blocks(cache, blocks):
-    """The first ``blocks`` blocks of ``cache`` ``[max_blocks, batch, heads, slots, d]``, without a copy.
+def first_blocks(cache, size):
+    """The first blocks of ``cache`` ``[max_blocks, batch, heads, slots, d]``, without a copy.
 
+    ``size`` is ``[blocks, -1, -1, -1, -1]`` (:attr:`CacheStep.read_size`).
     A slice of the first dimension only: TensorFlow's ``Slice`` kernel returns
     a view of the same buffer, where slicing the positions of a
     ``[batch, heads, positions, d]`` cache copied the prefix at every step.
     """
-    return tf.slice(cache, [0, 0, 0, 0, 0], ops.stack([blocks, -1, -1, -1, -1]))
+    return tf.slice(cache, [0, 0, 0, 0, 0], size)
+
+
+def hypotheses_per_sentence(cache):
+    """``size`` of a layer cache ``[blocks, batch, heads, CACHE_BLOCK * size, d]``: a Python int when static."""
+    return ops.shape(cache)[3] // CACHE_BLOCK
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -187,18 +225,19 @@ class DecoderLayer(keras.layers.Layer):
         # memory_key: [batch, heads, d_k, src_len]; memory_value: [batch, heads, src_len, d_v]
         return {"memory_key": memory_key, "memory_value": memory_value, **weights}
 
-    def decode_step(self, x, cache, constants, self_attention_mask, memory_mask, step, first_of=None):
+    def decode_step(self, x, cache, constants, cache_step, memory_mask, first_of=None):
         """One incremental step (inference) of ``size`` hypotheses per sentence.
 
         ``x`` is ``[batch * size, d_model]``, one row per hypothesis, at
-        position ``step``. ``cache`` holds this layer's self-attention keys and
+        position ``cache_step.position``. ``cache`` holds this layer's self-attention keys and
         values per sentence in fixed-shape blocks of positions, ``[blocks,
         batch, heads, block * size, d_k]`` (``d_v`` for values): hypothesis
         ``k`` writes its key and value of position ``p`` into block ``p //
-        block``, slot ``(p % block) * size + k``. ``self_attention_mask``
-        ``[blocks_read, batch, 1, size, block * size]`` says which slots of the
-        first ``blocks_read`` blocks hold each hypothesis's own prefix (see
-        :meth:`Decoder.decode_step`); attention reads only those blocks.
+        block``, slot ``(p % block) * size + k``. ``cache_step`` (a
+        :class:`CacheStep`) says where: the rows written, and the first
+        blocks attention reads, with ``cache_step.mask`` ``[blocks_read, batch,
+        1, size, block * size]`` marking the slots that hold each hypothesis's own
+        prefix (see :meth:`Decoder.decode_step`).
         ``constants`` come from :meth:`decoding_constants`. Returns
         ``(output [batch * size, d_model], cache)``.
 
@@ -206,31 +245,32 @@ class DecoderLayer(keras.layers.Layer):
         standing for all ``first_of`` hypotheses of the cache (see
         :meth:`Decoder.decode_first_step`). Its key and value fill every
         hypothesis's slot of position 0, and self-attention, which sees
-        position 0 alone, is the value itself; ``self_attention_mask`` is unused.
+        position 0 alone, is the value itself; ``cache_step.mask`` is unused.
         """
         attention = self.self_attention
-        groups = ops.shape(cache["key"])[1]
+        size = 1 if first_of is not None else hypotheses_per_sentence(cache["key"])  # rows per sentence
         self_kernels = constants["self_attention"]
         updated = {}
 
         def self_attend(h):
             projected = project(h, self_kernels["input"])  # [batch * size, h·d_k + h·d_k + h·d_v]
-            query, new_key, new_value = attention.split_query_key_value(projected, groups)  # [batch, heads, size, d]
+            query, new_key, new_value = attention.split_query_key_value(projected, size)  # [batch, heads, size, d]
             for name, new in (("key", new_key), ("value", new_value)):
                 if first_of is not None:  # one row per sentence fills every hypothesis's slot
                     new = ops.repeat(new, first_of, axis=2)  # [batch, heads, first_of, d]
-                updated[name] = write_slots(cache[name], ops.cast(new, cache[name].dtype), step)
+                updated[name] = write_slots(
+                    cache[name], ops.cast(new, cache[name].dtype), cache_step.position, cache_step.write_rows
+                )
             if first_of is not None:  # position 0 sees itself alone: its value is the output
                 return attention.attend_to_itself(new_value, self_kernels)  # [batch, d_model]
-            blocks = ops.shape(self_attention_mask)[0]  # those holding positions 0..step, or all under XLA
-            key = first_blocks(updated["key"], blocks)  # [blocks, batch, heads, block * size, d_k]
-            value = first_blocks(updated["value"], blocks)  # [blocks, batch, heads, block * size, d_v]
-            return attention.attend(query, key, value, self_kernels, self_attention_mask)
+            key = first_blocks(updated["key"], cache_step.read_size)  # [blocks, batch, heads, block * size, d_k]
+            value = first_blocks(updated["value"], cache_step.read_size)  # [blocks, batch, heads, block * size, d_v]
+            return attention.attend(query, key, value, self_kernels, cache_step.mask)
 
         def cross_attend(h):
             kernels = constants["cross_attention"]
             query = self.cross_attention.group_heads(
-                project(h, kernels["input"]), groups, self.cross_attention.key_dim
+                project(h, kernels["input"]), size, self.cross_attention.key_dim
             )  # [batch, heads, size, d_k]
             return self.cross_attention.attend(
                 query, constants["memory_key"], constants["memory_value"], kernels, memory_mask
@@ -367,7 +407,8 @@ class Decoder(LayerStack):
         work of the whole cache); under XLA, which needs static shapes, all
         are, with the unwritten positions masked.
         """
-        history, size = self._write_history(cache["history"], memory_mask, step)  # [batch * size, max_len]
+        size = hypotheses_per_sentence(cache["layers"][0]["key"])  # a Python int for a search's cache
+        history = self._write_history(cache["history"], size, step)  # [batch * size, max_len]
         max_len = ops.shape(history)[1]
         positions = ops.arange(max_len)  # [max_len]
         blocks = max_len // CACHE_BLOCK if _in_xla() else step // CACHE_BLOCK + 1
@@ -375,10 +416,10 @@ class Decoder(LayerStack):
         visible = ops.logical_and(
             history[:, :seen, None] == ops.arange(size)[None, None, :], (positions[:seen] <= step)[None, :, None]
         )  # [batch * size, seen, size]
-        groups = ops.shape(memory_mask)[0]
-        visible = ops.reshape(visible, (groups, size, blocks, CACHE_BLOCK * size))  # [batch, size, blocks, slots]
+        visible = ops.reshape(visible, (-1, size, blocks, CACHE_BLOCK * size))  # [batch, size, blocks, slots]
         self_mask = ops.transpose(visible, (2, 0, 1, 3))[:, :, None]  # [blocks, batch, 1, size, slots]
-        x, layer_caches = self._layers_step(embedded, cache, constants, self_mask, memory_mask, step)
+        cache_step = self._cache_step(cache, step, ops.stack([blocks, -1, -1, -1, -1]), self_mask)
+        x, layer_caches = self._layers_step(embedded, cache, constants, cache_step, memory_mask)
         return x, {"history": history, "layers": layer_caches}
 
     def decode_first_step(self, embedded, cache, constants, memory_mask):
@@ -391,29 +432,31 @@ class Decoder(LayerStack):
         cache is what :meth:`decode_step` writes at step 0 for every
         hypothesis, with the same results.
         """
-        history, size = self._write_history(cache["history"], memory_mask, 0)  # [batch * size, max_len]
-        x, layer_caches = self._layers_step(embedded, cache, constants, None, memory_mask, 0, first_of=size)
+        size = hypotheses_per_sentence(cache["layers"][0]["key"])
+        history = self._write_history(cache["history"], size, 0)  # [batch * size, max_len]
+        cache_step = self._cache_step(cache, 0)
+        x, layer_caches = self._layers_step(embedded, cache, constants, cache_step, memory_mask, first_of=size)
         return x, {"history": history, "layers": layer_caches}
 
-    def _write_history(self, history, memory_mask, step):
-        """``history`` ``[batch * size, max_len]`` with position ``step`` written by each hypothesis itself.
-
-        Returns it and ``size``, the hypotheses per sentence (``memory_mask``
-        ``[batch, 1, 1, src_len]`` gives the sentences).
-        """
-        hypotheses = ops.shape(history)[0]
-        size = hypotheses // ops.shape(memory_mask)[0]
-        own = (ops.arange(hypotheses) % size)[:, None]  # [batch * size, 1]
+    def _write_history(self, history, size, step):
+        """``history`` ``[batch * size, max_len]`` with position ``step`` written by each hypothesis itself."""
+        own = (ops.arange(ops.shape(history)[0]) % size)[:, None]  # [batch * size, 1]
         positions = ops.arange(ops.shape(history)[1])  # [max_len]
-        return ops.where(positions[None, :] == step, own, history), size
+        return ops.where(positions[None, :] == step, own, history)
 
-    def _layers_step(self, embedded, cache, constants, self_mask, memory_mask, step, first_of=None):
+    def _cache_step(self, cache, position, read_size=None, mask=None):
+        """The :class:`CacheStep` of ``position`` for every layer: its write rows computed once."""
+        rows = None if _in_xla() else slot_rows(cache["layers"][0]["key"], position)  # [batch * heads]
+        return CacheStep(position, rows, read_size, mask)
+
+    def _layers_step(self, embedded, cache, constants, cache_step, memory_mask, first_of=None):
         """Positions, every layer's :meth:`DecoderLayer.decode_step`, the final norm: ``(x, layer caches)``."""
+        step = cache_step.position
         x = (embedded + self.position_layer(embedded, start_index=step)[None])[:, 0]  # [rows, d_model]
         layer_caches = []
         for layer, layer_cache, layer_constants in zip(self.decoder_layers, cache["layers"], constants, strict=True):
             x, layer_cache = layer.decode_step(
-                x, layer_cache, layer_constants, self_mask, memory_mask, step, first_of=first_of
+                x, layer_cache, layer_constants, cache_step, memory_mask, first_of=first_of
             )  # [rows, d_model]
             layer_caches.append(layer_cache)
         return self._finish(x), layer_caches
