@@ -306,3 +306,20 @@ def test_chunked_top_k_equals_top_k(n, k):
     expected_values, expected_indices = tf.math.top_k(tf.constant(x), k=k)
     np.testing.assert_array_equal(np.asarray(values), np.asarray(expected_values))
     np.testing.assert_array_equal(np.asarray(indices), np.asarray(expected_indices))
+
+
+@pytest.mark.parametrize("vocab", [6, 2048])  # top_k over the row, and the chunked top_k_rows
+def test_beam_search_ties_go_to_the_lower_beam_then_the_lower_token(vocab):
+    """Equal continuations are ranked by (beam, token), with and without the chunked top-k."""
+    row = np.full(vocab, 1e-6)
+    row[[4, 5]] = 0.3  # after any token: "a" and "b" tie, and so do all their continuations
+    log_probs = tf.constant(np.log(row / row.sum()), tf.float32)
+
+    def step_fn(ids, cache, step):
+        return tf.tile(log_probs[None], [tf.shape(ids)[0], 1]), cache  # [rows, vocab]
+
+    ids, scores, _ = beam_search(step_fn, {}, 1, tf.constant([3]), beam_size=2, alpha=0.0, min_length=3)
+    # Step 0 keeps a, b (lower token first); step 1's four equal continuations keep
+    # beam 0's two, "a a" before "a b"; step 2 must end.
+    np.testing.assert_array_equal(np.asarray(ids)[0], [[4, 4, EOS_ID], [4, 5, EOS_ID]])
+    assert float(scores[0, 0]) == float(scores[0, 1])
