@@ -40,8 +40,8 @@ class CacheStep(NamedTuple):
     """Where one decoding step writes and reads every layer's cache (see :meth:`Decoder.decode_step`).
 
     The layers' caches share their addressing: built once per step by the
-    decoder, so that no layer repeats the shape arithmetic (which, in ops of a
-    few microseconds each, had been a third of a layer's ops in a step).
+    decoder, so that no layer repeats the shape arithmetic (~48 scalar ops of a
+    few microseconds each, over a third of a layer's ops in a step).
     """
 
     position: tf.Tensor  # int32 scalar: the position every hypothesis writes
