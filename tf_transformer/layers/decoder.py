@@ -64,14 +64,14 @@ def slot_rows(cache, position):
     )  # [batch * heads]
 
 
-def write_slots(cache, new, position, rows=None):
+def write_slots(cache, new, position, rows):
     """``cache`` ``[blocks, batch, heads, block * size, d]`` with ``new`` ``[batch, heads, size, d]`` at ``position``.
 
     Position ``p`` lives in block ``p // block``, slots ``(p % block) * size``
     onwards. Viewed as rows of ``size * d`` (one per block, batch, head and
     position in the block), the write is ``InplaceUpdate`` of ``batch * heads``
-    rows, ``rows`` (:func:`slot_rows`, computed here when not given): it changes
-    the buffer in place instead of copying the whole cache
+    rows, ``rows`` (:func:`slot_rows` of ``position``; unused, and ``None``, under
+    XLA): it changes the buffer in place instead of copying the whole cache
     every step, as ``ops.slice_update`` (an XLA op compiled on demand) does
     outside XLA. The cache passed in must come from :func:`new_slots` or an
     earlier write and must not be used again: only the returned tensor is
@@ -82,8 +82,6 @@ def write_slots(cache, new, position, rows=None):
     if _in_xla():
         block = ops.shape(cache)[3] // size
         return ops.slice_update(cache, (position // block, 0, 0, (position % block) * size, 0), new[None])
-    if rows is None:
-        rows = slot_rows(cache, position)
     width = size * depth  # a constant when the beam size and depth are
     flat = tf.reshape(cache, [-1, width])  # [blocks * batch * heads * block, size * d]
     flat = tf.raw_ops.InplaceUpdate(x=flat, i=rows, v=tf.reshape(new, [-1, width]))
