@@ -44,11 +44,10 @@ def test_blocked_attention_equals_attention_over_the_blocks_laid_end_to_end():
     v = RNG.normal(size=(blocks, groups, heads, slots, 3)).astype("float32")
     mask = RNG.random((blocks, groups, 1, size, slots)) < 0.6
     mask[0, ..., 0] = True  # every query sees at least one key
-    output = np.asarray(blocked_attention(q, k, v, mask))
-    # The blocks joined along the key axis (the mask's last axis).
-    expected, _ = np_attention(
-        q, np.concatenate(list(k), -2), np.concatenate(list(v), -2), np.concatenate(list(mask), -1)
-    )
+    joined_mask = np.concatenate(list(mask), -1)  # [groups, 1, size, blocks * slots]: the blocks end to end
+    output = np.asarray(blocked_attention(q, k, v, joined_mask))
+    # The blocks joined along the key axis.
+    expected, _ = np_attention(q, np.concatenate(list(k), -2), np.concatenate(list(v), -2), joined_mask)
     np.testing.assert_allclose(output, expected, rtol=1e-5, atol=1e-5)
 
 

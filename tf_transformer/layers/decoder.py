@@ -47,7 +47,7 @@ class CacheStep(NamedTuple):
     position: tf.Tensor  # int32 scalar: the position every hypothesis writes
     write_rows: tf.Tensor | None  # int32[batch * heads]: rows of write_slots' flat view (None under XLA)
     read_size: tf.Tensor | None  # int32[5]: tf.slice size of the blocks attention reads (None at position 0)
-    mask: tf.Tensor | None  # bool [blocks read, batch, 1, size, slots]: each hypothesis's own prefix
+    mask: tf.Tensor | None  # bool [batch, 1, size, blocks read * slots]: each hypothesis's own prefix
 
 
 def slot_rows(cache, position):
@@ -96,7 +96,9 @@ def first_blocks(cache, size):
     a view of the same buffer, where slicing the positions of a
     ``[batch, heads, positions, d]`` cache copied the prefix at every step.
     """
-    return tf.slice(cache, [0, 0, 0, 0, 0], size)
+    view = tf.slice(cache, [0, 0, 0, 0, 0], size)
+    view.set_shape([None, *cache.shape[1:]])  # only the number of blocks varies: keep the static dimensions
+    return view
 
 
 def hypotheses_per_sentence(cache):
@@ -233,9 +235,9 @@ class DecoderLayer(keras.layers.Layer):
         ``k`` writes its key and value of position ``p`` into block ``p //
         block``, slot ``(p % block) * size + k``. ``cache_step`` (a
         :class:`CacheStep`) says where: the rows written, and the first
-        blocks attention reads, with ``cache_step.mask`` ``[blocks_read, batch,
-        1, size, block * size]`` marking the slots that hold each hypothesis's own
-        prefix (see :meth:`Decoder.decode_step`).
+        blocks attention reads, with ``cache_step.mask`` ``[batch, 1, size,
+        blocks_read * block * size]`` (the blocks' slots end to end) marking the
+        slots that hold each hypothesis's own prefix (see :meth:`Decoder.decode_step`).
         ``constants`` come from :meth:`decoding_constants`. Returns
         ``(output [batch * size, d_model], cache)``.
 
@@ -414,8 +416,8 @@ class Decoder(LayerStack):
         visible = ops.logical_and(
             history[:, :seen, None] == ops.arange(size)[None, None, :], (positions[:seen] <= step)[None, :, None]
         )  # [batch * size, seen, size]
-        visible = ops.reshape(visible, (-1, size, blocks, CACHE_BLOCK * size))  # [batch, size, blocks, slots]
-        self_mask = ops.transpose(visible, (2, 0, 1, 3))[:, :, None]  # [blocks, batch, 1, size, slots]
+        # Hypothesis-major rows, then position-major slots: the blocks' slots end to end.
+        self_mask = ops.reshape(visible, (-1, 1, size, seen * size))  # [batch, 1, size, blocks * slots]
         cache_step = self._cache_step(cache, step, ops.stack([blocks, -1, -1, -1, -1]), self_mask)
         x, layer_caches = self._layers_step(embedded, cache, constants, cache_step, memory_mask)
         return x, {"history": history, "layers": layer_caches}
