@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from configs import get_config
-from pipelines.vocab import BOS_ID, EOS_ID
+from pipelines.vocab import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer import build_transformer
 from tf_transformer.beam_search import beam_search, length_penalty
 from tf_transformer.decoding import greedy_decode
@@ -323,3 +323,60 @@ def test_beam_search_ties_go_to_the_lower_beam_then_the_lower_token(vocab):
     # beam 0's two, "a a" before "a b"; step 2 must end.
     np.testing.assert_array_equal(np.asarray(ids)[0], [[4, 4, EOS_ID], [4, 5, EOS_ID]])
     assert float(scores[0, 0]) == float(scores[0, 1])
+
+
+@pytest.mark.parametrize("vocab", [8000, 12, 67])  # in place (width 4), in place (width 4 of 12), a select
+@pytest.mark.parametrize("eos_banned", [False, True])
+def test_ban_tokens_sets_pad_bos_and_eos_only(vocab, eos_banned):
+    """In place or as a select (vocabulary 67: no width divides it; under XLA), only the banned ids change."""
+    from tf_transformer.beam_search import NEG_INF, ban_tokens
+
+    x = RNG.normal(size=(3, 4, vocab)).astype("float32")
+    expected = x.copy()
+    expected[:, :, [PAD_ID, BOS_ID] + ([EOS_ID] if eos_banned else [])] = NEG_INF
+    for run in (
+        lambda x: ban_tokens(tf.identity(x), tf.constant(eos_banned)),
+        tf.function(lambda x: ban_tokens(x + 0.0, tf.constant(eos_banned))),
+        tf.function(lambda x: ban_tokens(x + 0.0, tf.constant(eos_banned)), jit_compile=True),
+    ):
+        np.testing.assert_array_equal(np.asarray(run(tf.constant(x))), expected)
+
+
+def _reference_continuations(log_probs, live_log_probs, step, min_length, max_lengths):
+    """The selection as one vocabulary-wide additive bias, then a plain top-k: what top_continuations replaces."""
+    from tf_transformer.beam_search import NEG_INF
+
+    batch, k, vocab = log_probs.shape
+    tokens = np.arange(vocab)
+    banned = (tokens == PAD_ID) | (tokens == BOS_ID) | ((tokens == EOS_ID) & (step + 1 < min_length))
+    bias = np.where(banned, NEG_INF, 0.0)[None, :].repeat(batch, 0)  # [batch, vocab]
+    must_end = (step + 1 >= max_lengths)[:, None]
+    bias = np.where(must_end, np.where(tokens == EOS_ID, 0.0, NEG_INF)[None, :], bias).astype("float32")
+    candidates = live_log_probs[:, :, None] + (log_probs + bias[:, None, :])
+    values, indices = tf.math.top_k(candidates.reshape(batch, k * vocab), k=2 * k)
+    return np.asarray(values), np.asarray(indices)
+
+
+@pytest.mark.parametrize("vocab", [8000, 67])
+@pytest.mark.parametrize("step", [0, 4, 9])
+def test_top_continuations_equal_a_vocabulary_wide_bias(vocab, step):
+    """Same picks, values and order as the bias formulation; banned picks (dead) only where it has them too."""
+    from tf_transformer.beam_search import NEG_INF, top_continuations
+
+    batch, k = 6, 4
+    logits = RNG.normal(size=(batch, k, vocab)).astype("float32") * 3
+    logits[0, :, EOS_ID] = 8.0  # EOS the best where allowed
+    logits[1, :, 20:24] = 5.0  # ties across beams and tokens
+    log_probs = np.asarray(tf.nn.log_softmax(logits))
+    live = np.array([[0.0, -1.0, -1.0, -3.0]] * batch, "float32")
+    live[2, 1:] = NEG_INF  # one beam alive (as at step 0)
+    live[3, :] = np.array([0.0, -0.5, -0.5, -0.5], "float32")
+    max_lengths = np.array([10, 5, 10, 10, 5, 2], "int32")  # rows 1, 4 and 5 end at step 4, 1 or 9
+    for min_length in (0, 8, 12):  # 12 > max_length: a row at its maximum still ends
+        expected = _reference_continuations(log_probs, live, step, min_length, max_lengths)
+        got = top_continuations(tf.constant(log_probs), tf.constant(live), step, min_length, tf.constant(max_lengths))
+        got = [np.asarray(t) for t in got]
+        alive = expected[0] > NEG_INF / 2
+        np.testing.assert_array_equal(got[0][alive], expected[0][alive])
+        np.testing.assert_array_equal(got[1][alive], expected[1][alive])
+        assert (got[0][~alive] <= NEG_INF / 2).all()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from pipelines.vocab import BOS_ID, EOS_ID, PAD_ID
+from tf_transformer.layers.decoding_kernels import in_xla
 
 NEG_INF = -1.0e9
 
@@ -53,6 +54,40 @@ def _chunk_size(vocab) -> int | None:
     return None
 
 
+def _head_width(vocab) -> int | None:
+    """The least divisor of ``vocab`` above every banned id (PAD, BOS, EOS), if at most 64."""
+    if not isinstance(vocab, int):
+        return None
+    for width in range(max(PAD_ID, BOS_ID, EOS_ID) + 1, 65):
+        if vocab % width == 0:
+            return width
+    return None
+
+
+def ban_tokens(candidates, eos_banned):
+    """``candidates`` ``[batch, K, vocab]`` with PAD and BOS, and EOS where ``eos_banned``, set to ``NEG_INF``.
+
+    The banned ids are the vocabulary's first few, so each hypothesis's row is
+    viewed as rows of ``width`` entries (:func:`_head_width`) and only its first
+    is rewritten, with ``InplaceUpdate``: a few values per hypothesis instead of
+    a select or bias add over all ``[batch, K, vocab]`` entries. The kernel
+    writes into ``candidates``' buffer when nothing else holds it (a fresh sum
+    inside the search) and copies it otherwise. Under XLA (no ``InplaceUpdate``
+    kernel), or when no such width divides the vocabulary, a select.
+    """
+    width = None if in_xla() else _head_width(candidates.shape[-1])
+    tokens = tf.range(width or tf.shape(candidates)[-1])  # [width] or [vocab]
+    banned = (tokens == PAD_ID) | (tokens == BOS_ID) | ((tokens == EOS_ID) & eos_banned)
+    if width is None:
+        return tf.where(banned, NEG_INF, candidates)  # [batch, K, vocab]
+    shape = tf.shape(candidates)
+    heads = tf.reshape(candidates, [-1, width])  # [batch * K * vocab / width, width]
+    rows = tf.range(shape[0] * shape[1]) * (candidates.shape[-1] // width)  # [batch * K]: each one's first ids
+    first = tf.gather(heads, rows)  # [batch * K, width]
+    heads = tf.raw_ops.InplaceUpdate(x=heads, i=rows, v=tf.where(banned, NEG_INF, first))
+    return tf.reshape(heads, shape)  # [batch, K, vocab]
+
+
 def top_k_rows(x, k: int):
     """``tf.math.top_k(x, k)`` over the last axis of ``x`` ``[..., n]``: same values, indices and order.
 
@@ -77,6 +112,44 @@ def top_k_rows(x, k: int):
     indices = tf.gather(chunks, position // size, batch_dims=1) * size + position % size
     out_shape = tf.concat([lead, [k]], 0)
     return tf.reshape(values, out_shape), tf.reshape(indices, out_shape)
+
+
+def top_continuations(log_probs, live_log_probs, step, min_length, max_lengths):
+    """The ``2K`` best continuations of each sentence's ``K`` beams: ``(log_probs, indices)`` ``[batch, 2K]``.
+
+    ``log_probs`` ``[batch, K, vocab]`` of each beam's next token, ``live_log_probs``
+    ``[batch, K]`` the beams' own; a continuation's index is ``beam * vocab +
+    token``, best first, ties to the lower beam, then the lower token. Padding
+    and BOS never come next, nor EOS before ``min_length``; a row at its
+    ``max_lengths`` may only end. A banned continuation has ``NEG_INF``: it is
+    picked only where fewer than ``2K`` are allowed (a beam never alive, or a
+    row that must end), and the caller treats it as dead.
+    """
+    batch, k = tf.shape(log_probs)[0], live_log_probs.shape[1]
+    vocab = log_probs.shape[-1]  # static when the model's is: constant index arithmetic below
+    if vocab is None:
+        vocab = tf.shape(log_probs)[-1]
+    candidates = ban_tokens(log_probs + live_log_probs[:, :, None], step + 1 < min_length)  # [batch, K, vocab]
+    # One top-k per sentence over K * vocab entries in chunks (top_k_rows). Cheaper than a
+    # top-k per beam followed by one over the K * 2K picks, which were twice the TopK
+    # calls on four times the rows (same picks, same order).
+    flat = tf.reshape(candidates, [batch, k * vocab])  # [batch, K*vocab]
+    if isinstance(vocab, int):
+        top = min(2 * k, k * vocab)
+        top_log_probs, top_index = top_k_rows(flat, top)  # [batch, 2K]
+    else:  # vocabulary size known only when running
+        top = tf.minimum(2 * k, k * vocab)
+        top_log_probs, top_index = tf.math.top_k(flat, k=top)  # [batch, 2K]
+    # A row at its maximum length may only end: its beams' EOS, best first (ties to the
+    # lower beam), then banned ones (PAD of beam 0), from K values instead of a
+    # vocabulary-wide mask.
+    eos_log_probs = log_probs[:, :, EOS_ID] + live_log_probs  # [batch, K], as in candidates
+    end_log_probs, end_pick = tf.math.top_k(
+        tf.concat([eos_log_probs, tf.fill([batch, top - k], NEG_INF)], axis=1), k=top
+    )  # [batch, 2K]
+    end_index = tf.where(end_pick < k, end_pick * vocab + EOS_ID, PAD_ID)  # [batch, 2K]
+    must_end = (step + 1 >= max_lengths)[:, None]  # [batch, 1]
+    return tf.where(must_end, end_log_probs, top_log_probs), tf.where(must_end, end_index, top_index)
 
 
 def beam_search(
@@ -154,25 +227,7 @@ def beam_search(
         vocab = log_probs.shape[-1]  # static when the model's is: constant index arithmetic below
         if vocab is None:
             vocab = tf.shape(log_probs)[-1]
-        # One additive [batch, vocab] bias bans what may not come next: padding and
-        # BOS always, EOS before the minimum length, all but EOS at a row's maximum.
-        tokens = tf.range(vocab)  # [vocab]
-        is_eos = tf.equal(tokens, EOS_ID)
-        banned = tf.logical_or(tf.equal(tokens, PAD_ID), tf.equal(tokens, BOS_ID))
-        banned = tf.logical_or(banned, tf.logical_and(is_eos, step + 1 < min_length))
-        bias = tf.where(banned, NEG_INF, 0.0)  # [vocab]
-        must_end = (step + 1 >= max_lengths)[:, None]  # [batch, 1]
-        bias = tf.where(must_end, tf.where(is_eos, 0.0, NEG_INF)[None, :], bias[None, :])  # [batch, vocab]
-        candidates = live_log_probs[:, :, None] + (log_probs + bias[:, None, :])  # [batch, K, vocab]
-        # The 2K best continuations of all beams in one top-k per sentence, over K * vocab
-        # entries in chunks (top_k_rows): ties go to the lower beam, then the lower token.
-        # Cheaper than a top-k per beam followed by one over the K * 2K picks, which
-        # were twice the TopK calls on four times the rows (same picks, same order).
-        flat = tf.reshape(candidates, [batch, k * vocab])  # [batch, K*vocab]
-        if isinstance(vocab, int):
-            top_log_probs, top_index = top_k_rows(flat, min(2 * k, k * vocab))  # [batch, 2K]
-        else:  # vocabulary size known only when running
-            top_log_probs, top_index = tf.math.top_k(flat, k=tf.minimum(2 * k, k * vocab))  # [batch, 2K]
+        top_log_probs, top_index = top_continuations(log_probs, live_log_probs, step, min_length, max_lengths)
         top_beam = top_index // vocab  # [batch, 2K]
         top_token = top_index % vocab  # [batch, 2K]
         top_ids = tf.gather(live_ids, top_beam, batch_dims=1)  # [batch, 2K, max_length + 1]

@@ -7,18 +7,12 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 from keras import ops
-from tensorflow.python.ops import control_flow_util
 
 from tf_transformer import masks
 from tf_transformer.layers.attention import MultiHeadAttention
-from tf_transformer.layers.decoding_kernels import project
+from tf_transformer.layers.decoding_kernels import in_xla, project
 from tf_transformer.layers.encoder import LayerStack, ResidualSublayer, _layer_kwargs
 from tf_transformer.layers.feed_forward import PositionwiseFeedForward
-
-
-def _in_xla():
-    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
-
 
 # Positions per block of the decoding cache (see :meth:`Decoder.empty_cache`).
 CACHE_BLOCK = 8
@@ -31,7 +25,7 @@ def new_slots(shape, dtype):
     never a constant folded or shared with another layer's cache by graph
     optimization (writing in place into a shared buffer would corrupt them).
     """
-    if _in_xla():
+    if in_xla():
         return ops.zeros(shape, dtype)
     return tf.raw_ops.Empty(shape=ops.stack(shape), dtype=dtype, init=True)
 
@@ -79,7 +73,7 @@ def write_slots(cache, new, position, rows):
     buffers in place itself, this is ``ops.slice_update``.
     """
     _, _, size, depth = ops.shape(new)
-    if _in_xla():
+    if in_xla():
         block = ops.shape(cache)[3] // size
         return ops.slice_update(cache, (position // block, 0, 0, (position % block) * size, 0), new[None])
     width = size * depth  # a constant when the beam size and depth are
@@ -411,7 +405,7 @@ class Decoder(LayerStack):
         history = self._write_history(cache["history"], size, step)  # [batch * size, max_len]
         max_len = ops.shape(history)[1]
         positions = ops.arange(max_len)  # [max_len]
-        blocks = max_len // CACHE_BLOCK if _in_xla() else step // CACHE_BLOCK + 1
+        blocks = max_len // CACHE_BLOCK if in_xla() else step // CACHE_BLOCK + 1
         seen = blocks * CACHE_BLOCK
         visible = ops.logical_and(
             history[:, :seen, None] == ops.arange(size)[None, None, :], (positions[:seen] <= step)[None, :, None]
@@ -446,7 +440,7 @@ class Decoder(LayerStack):
 
     def _cache_step(self, cache, position, read_size=None, mask=None):
         """The :class:`CacheStep` of ``position`` for every layer: its write rows computed once."""
-        rows = None if _in_xla() else slot_rows(cache["layers"][0]["key"], position)  # [batch * heads]
+        rows = None if in_xla() else slot_rows(cache["layers"][0]["key"], position)  # [batch * heads]
         return CacheStep(position, rows, read_size, mask)
 
     def _layers_step(self, embedded, cache, constants, cache_step, memory_mask, first_of=None):

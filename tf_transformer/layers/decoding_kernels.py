@@ -14,6 +14,12 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 from keras import ops
+from tensorflow.python.ops import control_flow_util
+
+
+def in_xla() -> bool:
+    """Whether the graph being built is compiled by XLA, which has no ``InplaceUpdate`` kernel."""
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
 def transposed_kernel(denses: list[keras.layers.Dense], dtype) -> dict:
