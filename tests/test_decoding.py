@@ -308,6 +308,21 @@ def test_chunked_top_k_equals_top_k(n, k):
     np.testing.assert_array_equal(np.asarray(indices), np.asarray(expected_indices))
 
 
+@pytest.mark.parametrize("n,k", [(8000, 8), (1031, 8), (6, 8)])
+def test_chunked_top_k_of_sums_equals_top_k(n, k):
+    """With per-part offsets: the top-k of x + offsets flattened, ties (across parts too) and all."""
+    from tf_transformer.beam_search import top_k_rows
+
+    x = RNG.integers(-20, 5, (3, 4, n)).astype("float32")  # many ties, within and across parts
+    x[0] = 1.0  # all equal
+    x[2, 3, -3:] = 9.0  # the best at the very end
+    offsets = np.array([[0.0, -1.0, 0.0, -0.5], [0.0, 0.0, 0.0, 0.0], [-0.25, -3.0, 0.0, -1.0]], "float32")
+    values, indices = top_k_rows(tf.constant(x), k, offsets=tf.constant(offsets))
+    expected_values, expected_indices = tf.math.top_k(tf.constant((x + offsets[:, :, None]).reshape(3, 4 * n)), k=k)
+    np.testing.assert_array_equal(np.asarray(values), np.asarray(expected_values))
+    np.testing.assert_array_equal(np.asarray(indices), np.asarray(expected_indices))
+
+
 @pytest.mark.parametrize("vocab", [6, 2048])  # top_k over the row, and the chunked top_k_rows
 def test_beam_search_ties_go_to_the_lower_beam_then_the_lower_token(vocab):
     """Equal continuations are ranked by (beam, token), with and without the chunked top-k."""

@@ -71,9 +71,9 @@ def ban_tokens(candidates, eos_banned):
     viewed as rows of ``width`` entries (:func:`_head_width`) and only its first
     is rewritten, with ``InplaceUpdate``: a few values per hypothesis instead of
     a select or bias add over all ``[batch, K, vocab]`` entries. The kernel
-    writes into ``candidates``' buffer when nothing else holds it (a fresh sum
-    inside the search) and copies it otherwise. Under XLA (no ``InplaceUpdate``
-    kernel), or when no such width divides the vocabulary, a select.
+    writes into ``candidates``' buffer when nothing else holds it (a step's
+    log-probabilities inside the search) and copies it otherwise. Under XLA (no
+    ``InplaceUpdate`` kernel), or when no such width divides the vocabulary, a select.
     """
     width = None if in_xla() else _head_width(candidates.shape[-1])
     tokens = tf.range(width or tf.shape(candidates)[-1])  # [width] or [vocab]
@@ -88,7 +88,7 @@ def ban_tokens(candidates, eos_banned):
     return tf.reshape(heads, shape)  # [batch, K, vocab]
 
 
-def top_k_rows(x, k: int):
+def top_k_rows(x, k: int, offsets=None):
     """``tf.math.top_k(x, k)`` over the last axis of ``x`` ``[..., n]``: same values, indices and order.
 
     TensorFlow's CPU TopK takes ~3 ns per entry however small ``k``; for a
@@ -98,17 +98,29 @@ def top_k_rows(x, k: int):
     holding an entry at least as good and, at equal values, earlier), and
     run TopK over those ``k`` chunks in their original order, so ties still
     resolve to the lower index.
+
+    With ``offsets`` ``[rows, m]``, ``x`` is ``[rows, m, n]`` and the result is
+    that of ``x + offsets[:, :, None]`` flattened to ``[rows, m * n]``, without
+    forming that sum: chunks divide ``n``, so each has one offset, added to its
+    maximum (``max(x) + o == max(x + o)`` exactly, as rounding is monotonic)
+    and to the ``k`` chunks picked, not to all ``m * n`` entries.
     """
-    n = x.shape[-1]
+    lead = tf.shape(x)[:-1] if offsets is None else tf.shape(x)[:1]
+    m, n = (1, x.shape[-1]) if offsets is None else (x.shape[-2], x.shape[-1])
     size = _chunk_size(n)
-    if size is None or k * size >= n:
-        return tf.math.top_k(x, k=k)
-    lead = tf.shape(x)[:-1]
-    rows = tf.reshape(x, [-1, n // size, size])  # [rows, chunks, size]
-    _, chunks = tf.math.top_k(tf.reduce_max(rows, axis=-1), k=k)  # [rows, k]
+    if size is None or k * size >= m * n:
+        flat = x if offsets is None else tf.reshape(x + offsets[:, :, None], [-1, m * n])
+        return tf.math.top_k(flat, k=k)
+    per = n // size  # chunks per part
+    maxima = tf.reduce_max(tf.reshape(x, [-1, m, per, size]), axis=-1)  # [rows, m, per]
+    if offsets is not None:
+        maxima = maxima + offsets[:, :, None]  # [rows, m, per]
+    _, chunks = tf.math.top_k(tf.reshape(maxima, [-1, m * per]), k=k)  # [rows, k]
     chunks = tf.sort(chunks, axis=-1)  # original order: ties keep resolving to the lower index
-    picked = tf.reshape(tf.gather(rows, chunks, batch_dims=1), [-1, k * size])  # [rows, k * size]
-    values, position = tf.math.top_k(picked, k=k)  # [rows, k]
+    picked = tf.gather(tf.reshape(x, [-1, m * per, size]), chunks, batch_dims=1)  # [rows, k, size]
+    if offsets is not None:
+        picked = picked + tf.gather(offsets, chunks // per, batch_dims=1)[:, :, None]  # [rows, k, size]
+    values, position = tf.math.top_k(tf.reshape(picked, [-1, k * size]), k=k)  # [rows, k]
     indices = tf.gather(chunks, position // size, batch_dims=1) * size + position % size
     out_shape = tf.concat([lead, [k]], 0)
     return tf.reshape(values, out_shape), tf.reshape(indices, out_shape)
@@ -121,29 +133,32 @@ def top_continuations(log_probs, live_log_probs, step, min_length, max_lengths):
     ``[batch, K]`` the beams' own; a continuation's index is ``beam * vocab +
     token``, best first, ties to the lower beam, then the lower token. Padding
     and BOS never come next, nor EOS before ``min_length``; a row at its
-    ``max_lengths`` may only end. A banned continuation has ``NEG_INF``: it is
-    picked only where fewer than ``2K`` are allowed (a beam never alive, or a
-    row that must end), and the caller treats it as dead.
+    ``max_lengths`` may only end. A banned continuation scores ``NEG_INF`` (plus
+    its beam's score): it is picked only where fewer than ``2K`` are allowed (a
+    beam never alive, or a row that must end), and the caller treats it as dead.
+    ``log_probs`` is rewritten in place (see :func:`ban_tokens`).
     """
     batch, k = tf.shape(log_probs)[0], live_log_probs.shape[1]
     vocab = log_probs.shape[-1]  # static when the model's is: constant index arithmetic below
     if vocab is None:
         vocab = tf.shape(log_probs)[-1]
-    candidates = ban_tokens(log_probs + live_log_probs[:, :, None], step + 1 < min_length)  # [batch, K, vocab]
-    # One top-k per sentence over K * vocab entries in chunks (top_k_rows). Cheaper than a
-    # top-k per beam followed by one over the K * 2K picks, which were twice the TopK
-    # calls on four times the rows (same picks, same order).
-    flat = tf.reshape(candidates, [batch, k * vocab])  # [batch, K*vocab]
-    if isinstance(vocab, int):
-        top = min(2 * k, k * vocab)
-        top_log_probs, top_index = top_k_rows(flat, top)  # [batch, 2K]
-    else:  # vocabulary size known only when running
-        top = tf.minimum(2 * k, k * vocab)
-        top_log_probs, top_index = tf.math.top_k(flat, k=top)  # [batch, 2K]
     # A row at its maximum length may only end: its beams' EOS, best first (ties to the
     # lower beam), then banned ones (PAD of beam 0), from K values instead of a
-    # vocabulary-wide mask.
-    eos_log_probs = log_probs[:, :, EOS_ID] + live_log_probs  # [batch, K], as in candidates
+    # vocabulary-wide mask. Read before ban_tokens rewrites log_probs in place.
+    eos_log_probs = log_probs[:, :, EOS_ID] + live_log_probs  # [batch, K], as the sums below
+    with tf.control_dependencies([eos_log_probs]):
+        allowed = ban_tokens(log_probs, step + 1 < min_length)  # [batch, K, vocab]
+    # One top-k per sentence over its K * vocab sums (top_k_rows, in chunks, the beams'
+    # scores added to the chunks' maxima and the picked chunks only). Cheaper than a
+    # top-k per beam followed by one over the K * 2K picks, which were twice the TopK
+    # calls on four times the rows (same picks, same order).
+    if isinstance(vocab, int):
+        top = min(2 * k, k * vocab)
+        top_log_probs, top_index = top_k_rows(allowed, top, offsets=live_log_probs)  # [batch, 2K]
+    else:  # vocabulary size known only when running
+        top = tf.minimum(2 * k, k * vocab)
+        flat = tf.reshape(allowed + live_log_probs[:, :, None], [batch, k * vocab])  # [batch, K*vocab]
+        top_log_probs, top_index = tf.math.top_k(flat, k=top)  # [batch, 2K]
     end_log_probs, end_pick = tf.math.top_k(
         tf.concat([eos_log_probs, tf.fill([batch, top - k], NEG_INF)], axis=1), k=top
     )  # [batch, 2K]
