@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from tf_transformer.layers.decoding_kernels import project, transposed_kernel
+from tf_transformer.layers.decoding_kernels import decoding_kernel, project
 
 # Masked scores are replaced by this value *after* casting to float32, so the
 # softmax gives padded keys a weight of exactly 0 under float16 and bfloat16 too
@@ -297,13 +297,14 @@ class MultiHeadAttention(keras.layers.Layer):
 
         ``input`` projects a hypothesis's row to its query, and for
         self-attention to its query, key and value in one product
-        (``[h·d_k | h·d_k | h·d_v]`` wide); ``output`` is W^O. See
-        :mod:`tf_transformer.layers.decoding_kernels`.
+        (``[h·d_k | h·d_k | h·d_v]`` wide); ``output`` is W^O. Both stay in
+        Keras's ``[in, units]`` layout, where these products ran faster than
+        against transposed kernels (see :mod:`tf_transformer.layers.decoding_kernels`).
         """
         inputs = [self.query_dense, self.key_dense, self.value_dense] if self_attention else [self.query_dense]
         return {
-            "input": transposed_kernel(inputs, self.compute_dtype),
-            "output": transposed_kernel([self._output_dense], self.compute_dtype),
+            "input": decoding_kernel(inputs, self.compute_dtype, transpose=False),
+            "output": decoding_kernel([self._output_dense], self.compute_dtype, transpose=False),
         }
 
     def attend(self, query_heads, key_heads, value_heads, kernels, attention_mask=None):
