@@ -19,6 +19,7 @@ from tf_transformer.layers import (
     SharedEmbedding,
     SinusoidalPositionEncoding,
 )
+from tf_transformer.layers.decoding_kernels import decoding_kernel, project
 
 RNG = np.random.default_rng(1)
 LAYER = dict(num_heads=4, key_dim=4, value_dim=4, d_ff=32, dropout=0.1)
@@ -32,6 +33,22 @@ def test_feed_forward_matches_eq2():
     w2, b2 = (w.numpy() for w in layer.outer.weights)
     np.testing.assert_allclose(y, np.maximum(0, x @ w1 + b1) @ w2 + b2, rtol=1e-5, atol=1e-5)
     run_layer_test(PositionwiseFeedForward, {"d_ff": 16, "relu_dropout": 0.1}, (x,), expected_num_weights=4)
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_decoding_kernels_project_as_the_dense_layers(transpose):
+    """Fused decoding kernels, in either layout, give the Dense layers' outputs side by side."""
+    x = RNG.normal(size=(6, 8)).astype("float32")
+    for use_bias in (False, True):
+        denses = [keras.layers.Dense(units, use_bias=use_bias) for units in (3, 5)]
+        for dense in denses:
+            dense.build((None, 8))
+            if use_bias:
+                dense.bias.assign(RNG.normal(size=dense.bias.shape).astype("float32"))
+        weights = decoding_kernel(denses, "float32", transpose=transpose)
+        assert sorted(weights) == sorted(["kernel_t" if transpose else "kernel"] + (["bias"] if use_bias else []))
+        expected = np.concatenate([np.asarray(dense(x)) for dense in denses], axis=-1)  # [6, 8]
+        np.testing.assert_allclose(np.asarray(project(x, weights)), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_layer_norm_equals_keras_layer_norm():
