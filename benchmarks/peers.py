@@ -147,14 +147,12 @@ def ours_trainer(size: str, precision: str):
     return run, figures
 
 
-def ours_decoder(size: str, dtype: str, batches: list[np.ndarray], tokenizer_path: str, work: str):
-    """``run(i)`` decodes ``batches[i]`` through the exported SavedModel (fixed output length), as a server would.
+def ours_export(size: str, dtype: str, tokenizer_path: str, work: str) -> str:
+    """Our ``size`` preset (random weights) exported for decoding with a fixed output length; returns its path.
 
     ``dtype`` as ``tft-export --dtype``: bfloat16 stores the weights in bfloat16.
     The export splits each batch into ``--streams`` parts (``tft-export --streams``).
     """
-    import tensorflow_text  # noqa: F401
-
     from tf_transformer.export import export_translator
     from tf_transformer.model import inference_copy
     from tf_transformer.translator import Translator
@@ -171,7 +169,14 @@ def ours_decoder(size: str, dtype: str, batches: list[np.ndarray], tokenizer_pat
         max_length=FLAGS.output_tokens,
         streams=FLAGS.streams,
     )
-    path = export_translator(translator, tokenizer_path, os.path.join(work, f"ours_{size}_{dtype}", "1"))
+    return export_translator(translator, tokenizer_path, os.path.join(work, f"ours_{size}_{dtype}", "1"))
+
+
+def ours_decoder(size: str, dtype: str, batches: list[np.ndarray], tokenizer_path: str, work: str):
+    """``run(i)`` decodes ``batches[i]`` through :func:`ours_export`'s SavedModel, as a server would."""
+    import tensorflow_text  # noqa: F401  registers the SentencePiece ops the export uses
+
+    path = ours_export(size, dtype, tokenizer_path, work)
     translate = tf.saved_model.load(path).signatures["translate_ids"]
 
     def run(i):
@@ -314,13 +319,18 @@ def hf_decoder(model, batches: list[np.ndarray]):
 # --- CTranslate2 -------------------------------------------------------------------------------------
 
 
-def ct2_models(model, work: str) -> str:
+def ct2_vocabulary() -> list[str]:
+    """The converted model's token names, id by id (Marian's order: ``<pad>`` last)."""
+    return ["t0", "<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(4, FLAGS.vocab_size - 1)] + ["<pad>"]
+
+
+def ct2_models(model, work: str) -> tuple[str, list[str]]:
     """Saves the Marian model with an offline word-level tokenizer and converts it for CTranslate2."""
     import ctranslate2
     import tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    names = ["t0", "<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(4, FLAGS.vocab_size - 1)] + ["<pad>"]
+    names = ct2_vocabulary()
     word_level = tokenizers.Tokenizer(tokenizers.models.WordLevel({n: i for i, n in enumerate(names)}, "<unk>"))
     word_level.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
     tokenizer = PreTrainedTokenizerFast(
