@@ -211,7 +211,10 @@ def measure(system: str, model: str, batches_file: str, flagfile: str, work: str
     }
     lines: list[str] = []
     child = _start_child(system, model, batches_file, flagfile, {"ONEDNN_VERBOSE": "1"})
-    summary = _finish_child(child, lines)
+    try:
+        summary = _finish_child(child, lines)
+    finally:
+        child.kill()
     result["onednn_ms_per_step"] = onednn_calls(lines, summary["batches"] * FLAGS.streams * FLAGS.output_tokens)
     return result
 
