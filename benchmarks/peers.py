@@ -172,11 +172,21 @@ def ours_export(size: str, dtype: str, tokenizer_path: str, work: str) -> str:
     return export_translator(translator, tokenizer_path, os.path.join(work, f"ours_{size}_{dtype}", "1"))
 
 
+def set_threads() -> None:
+    """TensorFlow's threads for the run: ``--threads / --streams`` per op, ``--threads`` ops at once."""
+    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads // FLAGS.streams)
+    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
+
+
 def ours_decoder(size: str, dtype: str, batches: list[np.ndarray], tokenizer_path: str, work: str):
     """``run(i)`` decodes ``batches[i]`` through :func:`ours_export`'s SavedModel, as a server would."""
+    return ours_runner(ours_export(size, dtype, tokenizer_path, work), batches)
+
+
+def ours_runner(path: str, batches: list[np.ndarray]):
+    """``run(i)``: the SavedModel at ``path`` decodes ``batches[i]`` (``translate_ids``, fixed output length)."""
     import tensorflow_text  # noqa: F401  registers the SentencePiece ops the export uses
 
-    path = ours_export(size, dtype, tokenizer_path, work)
     translate = tf.saved_model.load(path).signatures["translate_ids"]
 
     def run(i):
@@ -554,8 +564,7 @@ def main(argv):
     if FLAGS.threads % FLAGS.streams:
         raise app.UsageError(f"--threads {FLAGS.threads} must be a multiple of --streams {FLAGS.streams}")
     logging.set_verbosity(logging.WARNING)
-    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads // FLAGS.streams)
-    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
+    set_threads()
     peaks = {"float32": matmul_peak("float32"), "bfloat16": matmul_peak("bfloat16")}
     results = {}
     with tempfile.TemporaryDirectory() as work:

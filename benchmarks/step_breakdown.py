@@ -61,23 +61,17 @@ def run_child() -> None:
     with np.load(FLAGS.child_batches) as data:
         batches = [data[str(i)] for i in range(len(data.files))]
     if FLAGS.child_system == "ours":
-        import tensorflow_text  # noqa: F401  registers the SentencePiece ops the export uses
-
-        tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads // FLAGS.streams)
-        tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
-        translate = tf.saved_model.load(FLAGS.child_model).signatures["translate_ids"]
-
-        def run(i):
-            translate(inputs=tf.constant(batches[i]))["ids"].numpy()
-
+        peers.set_threads()
+        run = peers.ours_runner(FLAGS.child_model, batches)
     else:
         run = peers.ct2_decoder(FLAGS.child_model, peers.ct2_vocabulary(), "float32", batches, FLAGS.streams)
     run(0)  # tracing, kernel creation
     print(READY, flush=True)
     done, sentences, start = 0, 0, time.perf_counter()
     while time.perf_counter() - start < FLAGS.seconds + 2:  # outlasts perf's window
-        run(done % len(batches))
-        sentences += len(batches[done % len(batches)])
+        i = done % len(batches)
+        run(i)
+        sentences += len(batches[i])
         done += 1
     summary = {"seconds": time.perf_counter() - start, "batches": done, "sentences": sentences}
     print(DONE + json.dumps(summary), flush=True)
