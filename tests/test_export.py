@@ -22,7 +22,7 @@ SENTENCES = [
     "alpha beta gamma",
     "",
     "   ",
-    "haus baum katze hund " * 250,  # 1,000 words
+    "haus baum katze hund " * 40,  # 160 words: longer than any training example (max_length 64)
     "日本語のテキスト",
     "omega 🙂 sigma",
     "zeta",
