@@ -31,6 +31,14 @@ minutes: every system is built and warmed up first, then training runs in
 ``--rounds`` rounds of a few steps of each system in turn, and decoding goes batch
 by batch, each batch through every system in turn (the order rotating). Measured
 one after another, a ratio could come out 20 % off depending on when each system ran.
+
+Two threads can serve a stream of batches in three ways, and each system is measured in
+those it offers: both threads on one batch at a time (every system); each batch split
+into ``--streams`` parts decoded side by side (ours: an export with that many loops;
+CTranslate2: ``inter_threads`` workers on the parts); and ``--workers`` whole batches
+at once, one per worker (ours: concurrent calls of a one-loop export's signature, as
+TF Serving runs concurrent requests; CTranslate2: ``inter_threads`` workers, each
+batch submitted asynchronously). Ratios take each system's fastest way.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as tf_transformer does: set before TensorFlow loads
@@ -88,6 +97,16 @@ flags.DEFINE_integer(
     "with --threads / N intra-op and --threads inter-op threads; CTranslate2 measured both ways (intra_threads = "
     "--threads, and inter_threads = N over the same parts), its faster counting. Needs --parts decode (training "
     "would run with fewer intra-op threads).",
+    lower_bound=1,
+)
+flags.DEFINE_integer(
+    "workers",
+    1,
+    "Decode this many whole batches at once, each on --threads / N intra-op threads (with --streams 1): ours "
+    "as concurrent calls of the export's signature, as TF Serving serves concurrent requests; CTranslate2 as "
+    "inter_threads = N workers, each batch submitted asynchronously (its other two ways measured too: "
+    "intra_threads = --threads, and N workers on each batch's N parts). Hugging Face decodes the batches one after "
+    "another. Needs --parts decode.",
     lower_bound=1,
 )
 flags.DEFINE_enum(
@@ -173,14 +192,26 @@ def ours_export(size: str, dtype: str, tokenizer_path: str, work: str) -> str:
 
 
 def set_threads() -> None:
-    """TensorFlow's threads for the run: ``--threads / --streams`` per op, ``--threads`` ops at once."""
-    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads // FLAGS.streams)
+    """TensorFlow's threads: ``--threads / (--streams × --workers)`` per op, ``--threads`` ops at once."""
+    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads // (FLAGS.streams * FLAGS.workers))
     tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
 
 
 def ours_decoder(size: str, dtype: str, batches: list[np.ndarray], tokenizer_path: str, work: str):
-    """``run(i)`` decodes ``batches[i]`` through :func:`ours_export`'s SavedModel, as a server would."""
-    return ours_runner(ours_export(size, dtype, tokenizer_path, work), batches)
+    """``run(group)`` decodes ``batches[i]`` for each ``i`` of ``group`` through :func:`ours_export`'s SavedModel.
+
+    As a server would: with ``--workers`` N, the group's batches are N concurrent
+    calls of the signature (TensorFlow runs each on its own inter-op thread).
+    """
+    return concurrently(ours_runner(ours_export(size, dtype, tokenizer_path, work), batches))
+
+
+def concurrently(run):
+    """``run(i)`` → ``run_group(indices)``: the indices' runs at once, on ``--workers`` threads."""
+    if FLAGS.workers == 1:
+        return lambda group: [run(i) for i in group]
+    pool = ThreadPoolExecutor(FLAGS.workers)
+    return lambda group: list(pool.map(run, group))
 
 
 def ours_runner(path: str, batches: list[np.ndarray]):
@@ -305,7 +336,7 @@ def hf_trainer(size: str, bf16: bool):
 
 
 def hf_decoder(model, batches: list[np.ndarray]):
-    """``run(i)``: ``generate`` on ``batches[i]`` (beam search, output length forced)."""
+    """``run(group)``: ``generate`` on ``batches[i]`` for each ``i`` of ``group`` (beam search, forced length)."""
     import torch
 
     model.eval()
@@ -323,7 +354,7 @@ def hf_decoder(model, batches: list[np.ndarray]):
             )
         assert out.shape[1] == FLAGS.output_tokens + 1, out.shape  # the start token + the forced length
 
-    return run
+    return lambda group: [run(i) for i in group]  # one batch after another on --threads threads
 
 
 # --- CTranslate2 -------------------------------------------------------------------------------------
@@ -353,21 +384,28 @@ def ct2_models(model, work: str) -> tuple[str, list[str]]:
     return ct2_dir, names
 
 
-def ct2_decoder(ct2_dir: str, names: list[str], compute_type: str, batches: list[np.ndarray], streams: int = 1):
-    """``run(i)``: CTranslate2's ``translate_batch`` on ``batches[i]`` (as tokens; output length forced).
+def ct2_decoder(
+    ct2_dir: str, names: list[str], compute_type: str, batches: list[np.ndarray], streams: int = 1, workers: int = 1
+):
+    """``run(group)``: CTranslate2's ``translate_batch`` on ``batches[i]`` for each ``i`` of ``group`` (as tokens,
+    output length forced), one way of using ``--threads`` threads:
 
-    ``streams > 1``: ``inter_threads=streams`` workers of ``--threads / streams``
-    threads each translate the batch's ``streams`` equal parts at once (as our
-    export splits it), submitted asynchronously.
+    - ``streams == workers == 1``: one batch after another on all threads;
+    - ``streams > 1``: ``inter_threads=streams`` workers of ``--threads / streams``
+      threads each translate a batch's ``streams`` equal parts at once (as our
+      export splits it), submitted asynchronously;
+    - ``workers > 1``: ``inter_threads=workers`` workers of ``--threads / workers``
+      threads, each translating whole batches of the group, all submitted asynchronously.
     """
     import ctranslate2
 
+    parallel = max(streams, workers)
     translator = ctranslate2.Translator(
         ct2_dir,
         device="cpu",
         compute_type=compute_type,
-        intra_threads=FLAGS.threads // streams,
-        inter_threads=streams,
+        intra_threads=FLAGS.threads // parallel,
+        inter_threads=parallel,
     )
     last = FLAGS.vocab_size - 1
     token_batches = [[[names[i] for i in marian_ids(row) if i != last] for row in batch] for batch in batches]
@@ -378,18 +416,24 @@ def ct2_decoder(ct2_dir: str, names: list[str], compute_type: str, batches: list
         max_decoding_length=FLAGS.output_tokens,
     )
 
-    def run(i):
-        if streams == 1:
-            results = translator.translate_batch(token_batches[i], **options)
-        else:
-            part = -(-len(token_batches[i]) // streams)
-            pending = [
-                translator.translate_batch(token_batches[i][start : start + part], asynchronous=True, **options)
-                for start in range(0, len(token_batches[i]), part)
-            ]
-            results = [result.result() for part in pending for result in part]
+    def parts(i):
+        """``batches[i]`` in ``streams`` equal parts."""
+        part = -(-len(token_batches[i]) // streams)
+        return [token_batches[i][start : start + part] for start in range(0, len(token_batches[i]), part)]
+
+    def check(results):
         lengths = {len(r.hypotheses[0]) for r in results}
         assert lengths == {FLAGS.output_tokens}, lengths
+
+    def run(group):
+        if parallel == 1:
+            for i in group:
+                check(translator.translate_batch(token_batches[i], **options))
+            return
+        # streams: each batch's parts at once, batch after batch; workers: the group's whole batches at once.
+        for pieces in [parts(i) for i in group] if streams > 1 else [[token_batches[i] for i in group]]:
+            pending = [translator.translate_batch(piece, asynchronous=True, **options) for piece in pieces]
+            check([result.result() for piece in pending for result in piece])
 
     return run
 
@@ -438,19 +482,21 @@ def interleaved_training(runners: dict, log) -> dict:
 
 
 def interleaved_decoding(runners: dict, batches: list[np.ndarray], log) -> dict:
-    """Target tokens/s of each ``run(i)`` in ``runners`` over all ``batches``, interleaved batch by batch.
+    """Target tokens/s of each ``run(group)`` in ``runners`` over all ``batches``, interleaved group by group.
 
-    Each system first decodes batch 0 once untimed (tracing, warm-up); then
-    every batch is decoded by every system in turn (the order rotating), so
+    A group is ``--workers`` consecutive batches (one batch without ``--workers``).
+    Each system first decodes the first group once untimed (tracing, warm-up);
+    then every group is decoded by every system in turn (the order rotating), so
     drift of a shared machine's speed during the run falls on all systems alike.
     """
+    groups = [list(range(i, min(i + FLAGS.workers, len(batches)))) for i in range(0, len(batches), FLAGS.workers)]
     for run in runners.values():
-        run(0)
+        run(groups[0])
     seconds = dict.fromkeys(runners, 0.0)
-    for i in range(len(batches)):
-        for name in rotated(list(runners), i):
+    for g, group in enumerate(groups):
+        for name in rotated(list(runners), g):
             start = time.perf_counter()
-            runners[name](i)
+            runners[name](group)
             seconds[name] += time.perf_counter() - start
     tokens = sum(len(b) for b in batches) * FLAGS.output_tokens
     speeds = {name: round(tokens / spent, 1) for name, spent in seconds.items()}
@@ -548,6 +594,13 @@ def measure_decoding(size: str, systems: set, batches, tokenizer_path: str, work
                 decoders[f"ct2_{compute_type}_streams{FLAGS.streams}"] = ct2_decoder(
                     ct2_dir, names, compute_type, batches, streams=FLAGS.streams
                 )
+            if FLAGS.workers > 1:  # its two ways of using that many workers
+                decoders[f"ct2_{compute_type}_streams{FLAGS.workers}"] = ct2_decoder(
+                    ct2_dir, names, compute_type, batches, streams=FLAGS.workers
+                )
+                decoders[f"ct2_{compute_type}_workers{FLAGS.workers}"] = ct2_decoder(
+                    ct2_dir, names, compute_type, batches, workers=FLAGS.workers
+                )
     return interleaved_decoding(decoders, batches, log)
 
 
@@ -563,6 +616,12 @@ def main(argv):
         raise app.UsageError("--streams needs --parts decode: training would run with fewer intra-op threads")
     if FLAGS.threads % FLAGS.streams:
         raise app.UsageError(f"--threads {FLAGS.threads} must be a multiple of --streams {FLAGS.streams}")
+    if FLAGS.workers > 1 and "train" in FLAGS.parts:
+        raise app.UsageError("--workers needs --parts decode: training would run with fewer intra-op threads")
+    if FLAGS.workers > 1 and FLAGS.streams > 1:
+        raise app.UsageError("--workers and --streams are two ways to use the threads: give one")
+    if FLAGS.threads % FLAGS.workers:
+        raise app.UsageError(f"--threads {FLAGS.threads} must be a multiple of --workers {FLAGS.workers}")
     logging.set_verbosity(logging.WARNING)
     set_threads()
     peaks = {"float32": matmul_peak("float32"), "bfloat16": matmul_peak("bfloat16")}
@@ -598,6 +657,7 @@ def main(argv):
                 "threads": FLAGS.threads,
                 "parts": FLAGS.parts,
                 "streams": FLAGS.streams,
+                "workers": FLAGS.workers,
                 "hf_bfloat16_train": FLAGS.hf_bfloat16_train,
                 "bfloat16_hardware": has_bfloat16_hardware(),
                 "machine": machine(),

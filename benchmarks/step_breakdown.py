@@ -64,7 +64,8 @@ def run_child() -> None:
         peers.set_threads()
         run = peers.ours_runner(FLAGS.child_model, batches)
     else:
-        run = peers.ct2_decoder(FLAGS.child_model, peers.ct2_vocabulary(), "float32", batches, FLAGS.streams)
+        ct2_run = peers.ct2_decoder(FLAGS.child_model, peers.ct2_vocabulary(), "float32", batches, FLAGS.streams)
+        run = lambda i: ct2_run([i])  # noqa: E731  one batch (in --streams parts)
     run(0)  # tracing, kernel creation
     print(READY, flush=True)
     done, sentences, start = 0, 0, time.perf_counter()
@@ -240,6 +241,8 @@ def main(argv):
         raise app.UsageError(f"--data {FLAGS.data}: not found (real corpora live in ../shared/data)")
     if FLAGS.threads % FLAGS.streams:
         raise app.UsageError(f"--threads {FLAGS.threads} must be a multiple of --streams {FLAGS.streams}")
+    if FLAGS.workers != 1:
+        raise app.UsageError("--workers: this tool breaks down one batch at a time (with --streams parts)")
     size = FLAGS.size[0]
     results = {}
     with tempfile.TemporaryDirectory() as work:
