@@ -15,6 +15,7 @@ from pipelines import Tokenizer
 from tests.test_pipelines import write_corpus
 from tf_transformer.export import export_run
 from tf_transformer.training.trainer import RunOptions, restore_model, train
+from tf_transformer.translation import translate_lines, translate_with_checkpoint
 from tf_transformer.translator import Translator
 
 BIN = pathlib.Path(sys.executable).parent
@@ -175,7 +176,7 @@ def test_existing_export_is_not_overwritten(run_dir, exported):
 def test_translate_cli_keeps_input_order(exported):
     lines = ["zeta", "alpha beta gamma delta epsilon", "", "omega"]
     result = subprocess.run(
-        [str(BIN / "tft-translate"), "--model", str(exported), "--batch_size", "2"],
+        [str(BIN / "tft-translate"), "--model", str(exported), "--batch_size", "2", "--workers", "2"],
         input="\n".join(lines) + "\n",
         capture_output=True,
         text=True,
@@ -193,6 +194,20 @@ def test_translate_cli_keeps_input_order(exported):
         timeout=600,
     )
     assert single.stdout.split("\n")[0] == outputs[3]
+
+
+def test_workers_translate_as_one_batch_at_a_time(run_dir, exported):
+    """``workers=2``: two batches decoded at once, the same translations in input order (export and checkpoint)."""
+    lines = ["zeta", "alpha beta gamma delta", "", "omega sigma", "alpha"]
+    one = translate_lines(str(exported), lines, batch_size=2)
+    two = translate_lines(str(exported), lines, batch_size=2, workers=2)
+    assert [text for text, _ in two] == [text for text, _ in one] and one[2][0] == ""
+    np.testing.assert_allclose([score for _, score in two], [score for _, score in one], atol=1e-5)
+    single = translate_with_checkpoint(str(run_dir), lines, 2, None, None, 1)
+    parallel = translate_with_checkpoint(str(run_dir), lines, 2, None, None, 1, workers=2)
+    assert [hyps[0][0] for hyps in parallel] == [hyps[0][0] for hyps in single]
+    with pytest.raises(ValueError, match="workers"):
+        translate_lines(str(exported), lines, workers=0)
 
 
 def _free_port():

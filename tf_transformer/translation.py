@@ -3,31 +3,64 @@
 from __future__ import annotations
 
 
-def translate_lines(model_path: str, lines: list[str], batch_size: int = 64, progress=None) -> list[tuple[str, float]]:
-    """Translations and scores of ``lines`` (in order) with the SavedModel at ``model_path``."""
+def translate_lines(
+    model_path: str, lines: list[str], batch_size: int = 64, progress=None, workers: int = 1
+) -> list[tuple[str, float]]:
+    """Translations and scores of ``lines`` (in order) with the SavedModel at ``model_path``.
+
+    ``workers``: batches decoded at once, each by its own call of the signature
+    (as TF Serving runs concurrent requests); see :func:`_translate_batches`.
+    """
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
     serving = tf.saved_model.load(model_path).signatures["serving_default"]
+
+    def translate(batch):
+        outputs = serving(inputs=tf.constant(batch))
+        texts, scores = outputs["translations"].numpy(), outputs["scores"].numpy()
+        return [(text.decode("utf-8"), float(score)) for text, score in zip(texts, scores, strict=True)]
+
+    return _translate_batches(lines, batch_size, translate, workers, progress)
+
+
+def _translate_batches(lines, batch_size, translate, workers, progress):
+    """``translate(batch of lines) → one result per line`` over ``lines`` batched by length; results in input order.
+
+    Lines are sorted by length so that a batch pads little. With ``workers`` > 1,
+    that many batches are translated at once on a thread pool (TensorFlow
+    releases the GIL while a graph runs). On a CPU, ``workers`` batches each on
+    ``cores / workers`` intra-op threads decode faster than one batch at a time
+    on all cores: a decoding step is hundreds of small ops, and each then runs
+    whole on one core instead of being split across the cores (docs/benchmarks.md,
+    "whole batches side by side").
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
     order = sorted(range(len(lines)), key=lambda i: len(lines[i]))
-    results: list[tuple[str, float] | None] = [None] * len(lines)
-    for start in range(0, len(order), batch_size):
-        batch = order[start : start + batch_size]
-        outputs = serving(inputs=tf.constant([lines[i] for i in batch]))
-        for index, text, score in zip(batch, outputs["translations"].numpy(), outputs["scores"].numpy(), strict=True):
-            results[index] = (text.decode("utf-8"), float(score))
-        if progress:
-            progress(min(start + batch_size, len(lines)), len(lines))
+    batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    results = [None] * len(lines)
+    done = 0
+    with ThreadPoolExecutor(workers) as pool:
+        translated = pool.map(lambda batch: translate([lines[i] for i in batch]), batches)
+        for batch, outputs in zip(batches, translated, strict=True):  # in the batches' order
+            for index, result in zip(batch, outputs, strict=True):
+                results[index] = result
+            done += len(batch)
+            if progress:
+                progress(done, len(lines))
     return results
 
 
 def translate_with_checkpoint(
-    model_dir, lines, batch_size, beam_size, alpha, nbest, progress=None, checkpoint=None, streams=1
+    model_dir, lines, batch_size, beam_size, alpha, nbest, progress=None, checkpoint=None, streams=1, workers=1
 ):
     """n-best ``[(text, score), …]`` per line from a run's checkpoint, any beam size and α.
 
     ``checkpoint`` is a checkpoint prefix; by default the averaged one when it exists, else the newest.
-    ``streams``: see :class:`~tf_transformer.translator.Translator`.
+    ``streams``: see :class:`~tf_transformer.translator.Translator`; ``workers``: see :func:`_translate_batches`.
     """
     import tensorflow as tf
 
@@ -49,15 +82,14 @@ def translate_with_checkpoint(
         streams=streams,
     )
     run = tf.function(lambda texts: translator.translate(texts, nbest=nbest), reduce_retracing=True)
-    order = sorted(range(len(lines)), key=lambda i: len(lines[i]))
-    results = [None] * len(lines)
-    for start in range(0, len(order), batch_size):
-        batch = order[start : start + batch_size]
-        outputs = run(tf.constant([lines[i] for i in batch]))
+
+    def translate(batch):
+        outputs = run(tf.constant(batch))
         texts = outputs["translations"].numpy().reshape(len(batch), nbest)
         scores = outputs["scores"].numpy().reshape(len(batch), nbest)
-        for row, index in enumerate(batch):
-            results[index] = [(t.decode("utf-8"), float(s)) for t, s in zip(texts[row], scores[row], strict=True)]
-        if progress:
-            progress(min(start + batch_size, len(lines)), len(lines))
-    return results
+        return [
+            [(t.decode("utf-8"), float(s)) for t, s in zip(texts[row], scores[row], strict=True)]
+            for row in range(len(batch))
+        ]
+
+    return _translate_batches(lines, batch_size, translate, workers, progress)

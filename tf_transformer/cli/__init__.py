@@ -22,11 +22,24 @@ def define_thread_flags() -> None:
     )
 
 
-def apply_thread_flags() -> None:
-    """Sets TensorFlow's thread pools from the flags; call before TensorFlow runs its first op."""
+def apply_thread_flags(workers: int = 1) -> None:
+    """Sets TensorFlow's thread pools from the flags; call before TensorFlow runs its first op.
+
+    With ``workers`` > 1 batches decoded at once and ``--intra_op_threads`` left at
+    0, each op gets ``cores / workers`` threads (at least one), so that the
+    workers share the cores instead of each splitting its ops across all of them;
+    ``--inter_op_threads`` left at 0 becomes at least ``workers``.
+    """
+    import os
+
     import tensorflow as tf
 
-    if flags.FLAGS.intra_op_threads:
-        tf.config.threading.set_intra_op_parallelism_threads(flags.FLAGS.intra_op_threads)
-    if flags.FLAGS.inter_op_threads:
-        tf.config.threading.set_inter_op_parallelism_threads(flags.FLAGS.inter_op_threads)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    intra, inter = flags.FLAGS.intra_op_threads, flags.FLAGS.inter_op_threads
+    if workers > 1:
+        intra = intra or max(1, cores // workers)
+        inter = inter or max(workers, cores)
+    if intra:
+        tf.config.threading.set_intra_op_parallelism_threads(intra)
+    if inter:
+        tf.config.threading.set_inter_op_parallelism_threads(inter)
