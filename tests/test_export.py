@@ -210,6 +210,35 @@ def test_workers_translate_as_one_batch_at_a_time(run_dir, exported):
         translate_lines(str(exported), lines, workers=0)
 
 
+@pytest.mark.parametrize("workers", [1, 3])
+def test_batches_come_back_in_input_order_with_progress_and_errors(workers):
+    """``_translate_batches`` with a stand-in translator whose batches finish out of order."""
+    import random
+    import time
+
+    from tf_transformer.translation import _translate_batches
+
+    lines = [f"line {i} " + "x" * random.Random(i).randrange(20) for i in range(23)]
+
+    def reverse(batch):
+        time.sleep(random.random() * 0.01)  # batches finish in any order
+        return [line[::-1] for line in batch]
+
+    seen = []
+    results = _translate_batches(lines, 4, reverse, workers, lambda done, total: seen.append((done, total)))
+    assert results == [line[::-1] for line in lines]
+    assert [done for done, _ in seen] == [4, 8, 12, 16, 20, 23] and {total for _, total in seen} == {23}
+    assert _translate_batches([], 4, reverse, workers, None) == []
+
+    def fail_on_long(batch):
+        if any(len(line) > 25 for line in batch):
+            raise RuntimeError("batch failed")
+        return batch
+
+    with pytest.raises(RuntimeError, match="batch failed"):
+        _translate_batches(lines, 4, fail_on_long, workers, None)
+
+
 def _free_port():
     import socket
 

@@ -29,8 +29,8 @@ def _translate_batches(lines, batch_size, translate, workers, progress):
 
     Lines are sorted by length so that a batch pads little. With ``workers`` > 1,
     that many batches are translated at once on a thread pool (TensorFlow
-    releases the GIL while a graph runs). On a CPU, ``workers`` batches each on
-    ``cores / workers`` intra-op threads decode faster than one batch at a time
+    releases the GIL while a graph runs). On a CPU, ``workers`` batches with an
+    intra-op pool of ``cores / workers`` threads can decode faster than one batch at a time
     on all cores: a decoding step is hundreds of small ops, and each then runs
     whole on one core instead of being split across the cores (docs/benchmarks.md,
     "whole batches side by side").
@@ -44,7 +44,8 @@ def _translate_batches(lines, batch_size, translate, workers, progress):
     results = [None] * len(lines)
     done = 0
     with ThreadPoolExecutor(workers) as pool:
-        translated = pool.map(lambda batch: translate([lines[i] for i in batch]), batches)
+        run = map if workers == 1 else pool.map  # one worker: batch after batch on the calling thread
+        translated = run(lambda batch: translate([lines[i] for i in batch]), batches)
         for batch, outputs in zip(batches, translated, strict=True):  # in the batches' order
             for index, result in zip(batch, outputs, strict=True):
                 results[index] = result

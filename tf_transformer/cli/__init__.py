@@ -25,9 +25,11 @@ def define_thread_flags() -> None:
 def apply_thread_flags(workers: int = 1) -> None:
     """Sets TensorFlow's thread pools from the flags; call before TensorFlow runs its first op.
 
-    With ``workers`` > 1 batches decoded at once and ``--intra_op_threads`` left at
-    0, each op gets ``cores / workers`` threads (at least one), so that the
-    workers share the cores instead of each splitting its ops across all of them;
+    ``workers``: searches running at once (batches decoded side by side, times
+    each batch's streams). Above 1, with ``--intra_op_threads`` left at 0,
+    TensorFlow's intra-op pool (one for the process) gets ``cores / workers``
+    threads, at least one: with one, every op runs whole on the thread of the
+    search that runs it, instead of each op being split across all cores.
     ``--inter_op_threads`` left at 0 becomes at least ``workers``.
     """
     import os

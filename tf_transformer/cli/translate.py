@@ -30,8 +30,9 @@ flags.DEFINE_integer(
 flags.DEFINE_integer(
     "workers",
     1,
-    "Batches translated at once, each on its own thread (on a CPU, 2 workers of 1 intra-op thread each decode "
-    "faster than one batch on 2 cores; --intra_op_threads then defaults to cores / workers). Output order is kept.",
+    "Batches translated at once, each on its own thread; output order is kept. With --intra_op_threads 0 the "
+    "intra-op pool gets cores / (workers × --streams) threads (on 2 cores, 2 workers of one thread each decoded "
+    "faster than one batch at a time).",
     lower_bound=1,
 )
 define_thread_flags()
@@ -47,7 +48,7 @@ def main(argv):
             "--beam_size, --alpha, --nbest and --streams are fixed when exporting (tft-export); "
             "use --model_dir to choose them at translation time"
         )
-    apply_thread_flags(FLAGS.workers)
+    apply_thread_flags(FLAGS.workers * FLAGS.streams)  # searches at once: batches × each one's streams
     lines = [line.rstrip("\r\n") for line in sys.stdin]
 
     def progress(done, total):
