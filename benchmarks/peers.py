@@ -38,7 +38,9 @@ into ``--streams`` parts decoded side by side (ours: an export with that many lo
 CTranslate2: ``inter_threads`` workers on the parts); and ``--workers`` whole batches
 at once, one per worker (ours: concurrent calls of a one-loop export's signature, as
 TF Serving runs concurrent requests; CTranslate2: ``inter_threads`` workers, each
-batch submitted asynchronously). Ratios take each system's fastest way.
+batch submitted asynchronously). A ``--workers N`` run also measures our N-stream
+export on each batch's parts and CTranslate2 in all three ways; ratios take each
+system's fastest way in the run.
 """
 
 from __future__ import annotations
@@ -104,9 +106,9 @@ flags.DEFINE_integer(
     1,
     "Decode this many whole batches at once, each on --threads / N intra-op threads (with --streams 1): ours "
     "as concurrent calls of the export's signature, as TF Serving serves concurrent requests; CTranslate2 as "
-    "inter_threads = N workers, each batch submitted asynchronously (its other two ways measured too: "
-    "intra_threads = --threads, and N workers on each batch's N parts). Hugging Face decodes the batches one after "
-    "another. Needs --parts decode.",
+    "inter_threads = N workers, each batch submitted asynchronously. Also measured: our N-stream export on each "
+    "batch's parts, CTranslate2 with intra_threads = --threads and with N workers on each batch's N parts. Hugging "
+    "Face decodes the batches one after another. Needs --parts decode.",
     lower_bound=1,
 )
 flags.DEFINE_enum(
@@ -166,11 +168,11 @@ def ours_trainer(size: str, precision: str):
     return run, figures
 
 
-def ours_export(size: str, dtype: str, tokenizer_path: str, work: str) -> str:
+def ours_export(size: str, dtype: str, tokenizer_path: str, work: str, streams: int | None = None) -> str:
     """Our ``size`` preset (random weights) exported for decoding with a fixed output length; returns its path.
 
     ``dtype`` as ``tft-export --dtype``: bfloat16 stores the weights in bfloat16.
-    The export splits each batch into ``--streams`` parts (``tft-export --streams``).
+    The export splits each batch into ``streams`` parts (``tft-export --streams``; default ``--streams``).
     """
     from tf_transformer.export import export_translator
     from tf_transformer.model import inference_copy
@@ -186,9 +188,10 @@ def ours_export(size: str, dtype: str, tokenizer_path: str, work: str) -> str:
         beam_size=FLAGS.beam,
         min_length=FLAGS.output_tokens,
         max_length=FLAGS.output_tokens,
-        streams=FLAGS.streams,
+        streams=FLAGS.streams if streams is None else streams,
     )
-    return export_translator(translator, tokenizer_path, os.path.join(work, f"ours_{size}_{dtype}", "1"))
+    name = f"ours_{size}_{dtype}" + (f"_streams{streams}" if streams else "")
+    return export_translator(translator, tokenizer_path, os.path.join(work, name, "1"))
 
 
 def set_threads() -> None:
@@ -399,6 +402,7 @@ def ct2_decoder(
     """
     import ctranslate2
 
+    assert streams == 1 or workers == 1, (streams, workers)
     parallel = max(streams, workers)
     translator = ctranslate2.Translator(
         ct2_dir,
@@ -578,6 +582,10 @@ def measure_decoding(size: str, systems: set, batches, tokenizer_path: str, work
     if "ours" in systems:
         for dtype in ("float32", "bfloat16"):
             decoders[f"ours_{dtype}"] = ours_decoder(size, dtype, batches, tokenizer_path, work)
+        if FLAGS.workers > 1:  # our other way of using that many threads: each batch in parts, one loop each
+            path = ours_export(size, "float32", tokenizer_path, work, streams=FLAGS.workers)
+            halves = ours_runner(path, batches)
+            decoders[f"ours_float32_streams{FLAGS.workers}"] = lambda group: [halves(i) for i in group]
     if "hf" in systems:
         import copy
 
@@ -622,6 +630,10 @@ def main(argv):
         raise app.UsageError("--workers and --streams are two ways to use the threads: give one")
     if FLAGS.threads % FLAGS.workers:
         raise app.UsageError(f"--threads {FLAGS.threads} must be a multiple of --workers {FLAGS.workers}")
+    if -(-FLAGS.sentences // FLAGS.batch) % FLAGS.workers:
+        raise app.UsageError(
+            f"--sentences {FLAGS.sentences} must make a multiple of --workers {FLAGS.workers} batches of {FLAGS.batch}"
+        )
     logging.set_verbosity(logging.WARNING)
     set_threads()
     peaks = {"float32": matmul_peak("float32"), "bfloat16": matmul_peak("bfloat16")}
