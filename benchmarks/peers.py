@@ -630,9 +630,11 @@ def main(argv):
         raise app.UsageError("--workers and --streams are two ways to use the threads: give one")
     if FLAGS.threads % FLAGS.workers:
         raise app.UsageError(f"--threads {FLAGS.threads} must be a multiple of --workers {FLAGS.workers}")
-    if -(-FLAGS.sentences // FLAGS.batch) % FLAGS.workers:
+    batches = -(-FLAGS.sentences // FLAGS.batch)
+    if batches % FLAGS.workers:
         raise app.UsageError(
-            f"--sentences {FLAGS.sentences} must make a multiple of --workers {FLAGS.workers} batches of {FLAGS.batch}"
+            f"--sentences {FLAGS.sentences} make {batches} batches of {FLAGS.batch}, not a multiple of "
+            f"--workers {FLAGS.workers}: the last group would leave workers idle"
         )
     logging.set_verbosity(logging.WARNING)
     set_threads()
