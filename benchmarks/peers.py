@@ -209,10 +209,15 @@ def ours_decoder(size: str, dtype: str, batches: list[np.ndarray], tokenizer_pat
     return concurrently(ours_runner(ours_export(size, dtype, tokenizer_path, work), batches))
 
 
+def one_after_another(run):
+    """``run(i)`` → ``run_group(indices)``: the indices' runs in turn."""
+    return lambda group: [run(i) for i in group]
+
+
 def concurrently(run):
     """``run(i)`` → ``run_group(indices)``: the indices' runs at once, on ``--workers`` threads."""
     if FLAGS.workers == 1:
-        return lambda group: [run(i) for i in group]
+        return one_after_another(run)
     pool = ThreadPoolExecutor(FLAGS.workers)
     return lambda group: list(pool.map(run, group))
 
@@ -357,7 +362,7 @@ def hf_decoder(model, batches: list[np.ndarray]):
             )
         assert out.shape[1] == FLAGS.output_tokens + 1, out.shape  # the start token + the forced length
 
-    return lambda group: [run(i) for i in group]  # one batch after another on --threads threads
+    return one_after_another(run)  # on --threads threads
 
 
 # --- CTranslate2 -------------------------------------------------------------------------------------
@@ -584,8 +589,7 @@ def measure_decoding(size: str, systems: set, batches, tokenizer_path: str, work
             decoders[f"ours_{dtype}"] = ours_decoder(size, dtype, batches, tokenizer_path, work)
         if FLAGS.workers > 1:  # our other way of using that many threads: each batch in parts, one loop each
             path = ours_export(size, "float32", tokenizer_path, work, streams=FLAGS.workers)
-            halves = ours_runner(path, batches)
-            decoders[f"ours_float32_streams{FLAGS.workers}"] = lambda group: [halves(i) for i in group]
+            decoders[f"ours_float32_streams{FLAGS.workers}"] = one_after_another(ours_runner(path, batches))
     if "hf" in systems:
         import copy
 
