@@ -18,8 +18,9 @@ from tf_transformer.layers import (
     PositionwiseFeedForward,
     SharedEmbedding,
     SinusoidalPositionEncoding,
+    feed_forward,
 )
-from tf_transformer.layers.decoding_kernels import decoding_kernel, project
+from tf_transformer.layers.decoding_kernels import decoding_kernel, feed_forward_transposed, project
 
 RNG = np.random.default_rng(1)
 LAYER = dict(num_heads=4, key_dim=4, value_dim=4, d_ff=32, dropout=0.1)
@@ -49,6 +50,28 @@ def test_decoding_kernels_project_as_the_dense_layers(transpose):
         assert sorted(weights) == sorted(["kernel_t" if transpose else "kernel"] + (["bias"] if use_bias else []))
         expected = np.concatenate([np.asarray(dense(x)) for dense in denses], axis=-1)  # [6, 8]
         np.testing.assert_allclose(np.asarray(project(x, weights)), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_feed_forward_decodes_rows_as_eq2_in_either_kernel_layout(monkeypatch, transposed):
+    """Decoding's FFN equals the layer in both layouts the CPU may pick for its kernels."""
+    monkeypatch.setattr(feed_forward, "feed_forward_transposed", lambda: transposed)
+    x = RNG.normal(size=(5, 8)).astype("float32")
+    layer = PositionwiseFeedForward(16)
+    expected = np.asarray(layer(x))
+    weights = layer.decoding_weights()
+    for part in ("inner", "outer"):
+        assert ("kernel_t" in weights[part]) == transposed and ("kernel" in weights[part]) != transposed
+    np.testing.assert_allclose(np.asarray(layer.decode_rows(x, weights)), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_feed_forward_kernels_transposed_only_without_avx512():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            flags = next(line.split() for line in handle if line.startswith("flags"))
+    except (OSError, StopIteration):
+        pytest.skip("no CPU flags in /proc/cpuinfo on this machine")
+    assert feed_forward_transposed() is ("avx512f" not in flags)
 
 
 def test_layer_norm_equals_keras_layer_norm():

@@ -4,16 +4,21 @@ Each decoder step multiplies one row per hypothesis (batch × beam rows, e.g. 64
 or 128) by every kernel of the decoder. Which layout of a kernel multiplies
 fastest depends on the product, so each layer picks its own (measured end to
 end, exports of the same weights decoding newstest2013 interleaved, ids
-identical, on a 2-core AVX2 CPU with TensorFlow's oneDNN kernels): the
-position-wise feed-forward kernels run faster stored transposed (``[units,
-in]``, ``transpose_b``; against ``[in, units]``: −1 % at ``small``, −2 % at
-``base``), the attention projections faster in Keras's ``[in, units]`` layout
-(+2.2 % and +1.8 %). The self-attention's query, key and value projections
-run as one product of triple width. Translation prepares these once per
-batch, outside the decoding loop; they are copies for inference, never trained.
+identical, on 2-core CPUs with TensorFlow's oneDNN kernels): the attention
+projections run faster in Keras's ``[in, units]`` layout (AVX2: +2.2 % at
+``small`` and +1.8 % at ``base`` against ``[units, in]``; AVX-512: +2.5 % at
+``small``). For the position-wise feed-forward kernels the CPU decides
+(:func:`feed_forward_transposed`): on AVX2 they run faster stored transposed
+(``[units, in]``, ``transpose_b``; ``[in, units]`` was −1 % at ``small``, −2 %
+at ``base``), on AVX-512 in ``[in, units]`` (+4.1 % at ``small``, +4.8 % at
+``base``). The self-attention's query, key and value projections run as one
+product of triple width. Translation prepares these once per batch, outside
+the decoding loop; they are copies for inference, never trained.
 """
 
 from __future__ import annotations
+
+import functools
 
 import keras
 import tensorflow as tf
@@ -24,6 +29,25 @@ from tensorflow.python.ops import control_flow_util
 def in_xla() -> bool:
     """Whether the graph being built is compiled by XLA, which has no ``InplaceUpdate`` kernel."""
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+@functools.cache
+def feed_forward_transposed() -> bool:
+    """Whether decoding stores the feed-forward kernels transposed: on CPUs without AVX-512 (module docstring).
+
+    Read from ``/proc/cpuinfo`` where there is one; elsewhere the AVX2 choice
+    (transposed). An export keeps the layout of the machine that traced it, so
+    export on the kind of CPU that will serve it. Either layout gives the same
+    products up to float rounding (oneDNN sums in another order).
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return "avx512f" not in line.split()
+    except OSError:
+        pass
+    return True
 
 
 def decoding_kernel(denses: list[keras.layers.Dense], dtype, transpose: bool) -> dict:
