@@ -55,7 +55,7 @@ def test_decoding_kernels_project_as_the_dense_layers(transpose):
 @pytest.mark.parametrize("transposed", [False, True])
 def test_feed_forward_decodes_rows_as_eq2_in_either_kernel_layout(monkeypatch, transposed):
     """Decoding's FFN equals the layer in both layouts the CPU may pick for its kernels."""
-    monkeypatch.setattr(feed_forward, "feed_forward_transposed", lambda: transposed)
+    monkeypatch.setattr(feed_forward, "feed_forward_transposed", lambda dtype: transposed)
     x = RNG.normal(size=(5, 8)).astype("float32")
     layer = PositionwiseFeedForward(16)
     expected = np.asarray(layer(x))
@@ -65,13 +65,14 @@ def test_feed_forward_decodes_rows_as_eq2_in_either_kernel_layout(monkeypatch, t
     np.testing.assert_allclose(np.asarray(layer.decode_rows(x, weights)), expected, rtol=1e-5, atol=1e-5)
 
 
-def test_feed_forward_kernels_transposed_only_without_avx512():
+def test_feed_forward_kernels_untransposed_only_for_float32_with_avx512():
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             flags = next(line.split() for line in handle if line.startswith("flags"))
     except (OSError, StopIteration):
         pytest.skip("no CPU flags in /proc/cpuinfo on this machine")
-    assert feed_forward_transposed() is ("avx512f" not in flags)
+    assert feed_forward_transposed("float32") is ("avx512f" not in flags)
+    assert feed_forward_transposed("bfloat16") is True  # slower untransposed on AVX-512 too
 
 
 def test_layer_norm_equals_keras_layer_norm():

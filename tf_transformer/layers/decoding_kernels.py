@@ -4,16 +4,18 @@ Each decoder step multiplies one row per hypothesis (batch × beam rows, e.g. 64
 or 128) by every kernel of the decoder. Which layout of a kernel multiplies
 fastest depends on the product, so each layer picks its own (measured end to
 end, exports of the same weights decoding newstest2013 interleaved, ids
-identical, on 2-core CPUs with TensorFlow's oneDNN kernels): the attention
+identical but for one near-tie in 512 sentences, on 2-core CPUs with TensorFlow's oneDNN kernels): the attention
 projections run faster in Keras's ``[in, units]`` layout (AVX2: +2.2 % at
 ``small`` and +1.8 % at ``base`` against ``[units, in]``; AVX-512: +2.5 % at
 ``small``). For the position-wise feed-forward kernels the CPU decides
 (:func:`feed_forward_transposed`): on AVX2 they run faster stored transposed
 (``[units, in]``, ``transpose_b``; ``[in, units]`` was −1 % at ``small``, −2 %
 at ``base``), on AVX-512 in ``[in, units]`` (+4.1 % at ``small``, +4.8 % at
-``base``). The self-attention's query, key and value projections run as one
-product of triple width. Translation prepares these once per batch, outside
-the decoding loop; they are copies for inference, never trained.
+``base``; measured on an AMD Zen 4 only, not on Intel AVX-512 or AMX CPUs), but
+only in float32: bfloat16 kernels stay transposed (``[in, units]`` −1.2 % / −2 %). The
+self-attention's query, key and value projections run as one product of triple
+width. Translation prepares these once per batch, outside the decoding loop;
+they are copies for inference, never trained.
 """
 
 from __future__ import annotations
@@ -32,22 +34,29 @@ def in_xla() -> bool:
 
 
 @functools.cache
-def feed_forward_transposed() -> bool:
-    """Whether decoding stores the feed-forward kernels transposed: on CPUs without AVX-512 (module docstring).
-
-    Read from ``/proc/cpuinfo`` where there is one; elsewhere the AVX2 choice
-    (transposed). An export keeps the layout of the machine that traced it, so
-    export on the kind of CPU that will serve it. Either layout gives the same
-    products up to float rounding (oneDNN sums in another order).
-    """
+def _cpu_has_avx512() -> bool:
+    """Whether ``/proc/cpuinfo`` lists AVX-512 (False where there is none to read)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             for line in handle:
                 if line.startswith("flags"):
-                    return "avx512f" not in line.split()
+                    return "avx512f" in line.split()
     except OSError:
         pass
-    return True
+    return False
+
+
+def feed_forward_transposed(dtype="float32") -> bool:
+    """Whether decoding stores the ``dtype`` feed-forward kernels transposed (module docstring).
+
+    ``[in, units]`` only for float32 on CPUs with AVX-512: bfloat16 kernels
+    ran 1–2 % slower so there (Zen 4, ``small`` / ``base``). Elsewhere, and
+    where the CPU's flags cannot be read, transposed. An export keeps the
+    layout of the machine that traced it, so export on the kind of CPU that
+    will serve it. Either layout gives the same products up to float rounding
+    (oneDNN sums in another order).
+    """
+    return keras.backend.standardize_dtype(dtype) != "float32" or not _cpu_has_avx512()
 
 
 def decoding_kernel(denses: list[keras.layers.Dense], dtype, transpose: bool) -> dict:

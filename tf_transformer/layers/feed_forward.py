@@ -58,7 +58,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         Stored transposed or not as these few-row products multiply faster on
         this CPU (:func:`~tf_transformer.layers.decoding_kernels.feed_forward_transposed`).
         """
-        transpose = feed_forward_transposed()
+        transpose = feed_forward_transposed(self.compute_dtype)
         return {
             "inner": decoding_kernel([self.inner], self.compute_dtype, transpose=transpose),
             "outer": decoding_kernel([self.outer], self.compute_dtype, transpose=transpose),
