@@ -11,28 +11,12 @@ import numpy as np
 import tensorflow as tf
 
 import pipelines
-
-
-def _cpu() -> tuple[str, set[str]]:
-    """The CPU's model name and feature flags (from /proc/cpuinfo where there is one)."""
-    model, flags = platform.processor(), set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    model = value.strip()
-                elif key.strip() == "flags":
-                    flags = set(value.split())
-                    break
-    except OSError:
-        pass
-    return model, flags
+from tf_transformer.cpu import cpu_info
 
 
 def has_bfloat16_hardware() -> bool:
     """Whether the CPU multiplies bfloat16 natively (AMX or AVX-512 BF16); elsewhere it is emulated."""
-    return bool(_cpu()[1] & {"amx_bf16", "avx512_bf16"})
+    return bool(cpu_info()[1] & {"amx_bf16", "avx512_bf16"})
 
 
 def machine() -> str:
@@ -41,7 +25,7 @@ def machine() -> str:
     Speeds differ several-fold between CPUs with AMX / AVX-512 and AVX2-only ones
     (bfloat16 is slower than float32 without native support), so every result names it.
     """
-    model, flags = _cpu()
+    model, flags = cpu_info()
     units = [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f in flags]
     name = " ".join(part for part in (platform.machine(), model) if part)
     return f"{name}, {os.cpu_count()} cores" + (f" ({' '.join(units)})" if units else "")

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from tests.layer_harness import run_layer_test
+from tf_transformer.cpu import cpu_info
 from tf_transformer.layers import (
     Decoder,
     DecoderLayer,
@@ -66,10 +67,8 @@ def test_feed_forward_decodes_rows_as_eq2_in_either_kernel_layout(monkeypatch, t
 
 
 def test_feed_forward_kernels_untransposed_only_for_float32_with_avx512():
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            flags = next(line.split() for line in handle if line.startswith("flags"))
-    except (OSError, StopIteration):
+    flags = cpu_info()[1]
+    if not flags:
         pytest.skip("no CPU flags in /proc/cpuinfo on this machine")
     assert feed_forward_transposed("float32") is ("avx512f" not in flags)
     assert feed_forward_transposed("bfloat16") is True  # slower untransposed on AVX-512 too

@@ -4,8 +4,8 @@ Each decoder step multiplies one row per hypothesis (batch × beam rows, e.g. 64
 or 128) by every kernel of the decoder. Which layout of a kernel multiplies
 fastest depends on the product, so each layer picks its own (measured end to
 end, exports of the same weights decoding newstest2013 interleaved, ids
-identical but for one near-tie in 512 sentences, on 2-core CPUs with TensorFlow's oneDNN kernels): the attention
-projections run faster in Keras's ``[in, units]`` layout (AVX2: +2.2 % at
+identical but for one near-tie in 512 sentences, on 2-core CPUs with
+TensorFlow's oneDNN kernels): the attention projections run faster in Keras's ``[in, units]`` layout (AVX2: +2.2 % at
 ``small`` and +1.8 % at ``base`` against ``[units, in]``; AVX-512: +2.5 % at
 ``small``). For the position-wise feed-forward kernels the CPU decides
 (:func:`feed_forward_transposed`): on AVX2 they run faster stored transposed
@@ -20,30 +20,17 @@ they are copies for inference, never trained.
 
 from __future__ import annotations
 
-import functools
-
 import keras
 import tensorflow as tf
 from keras import ops
 from tensorflow.python.ops import control_flow_util
 
+from tf_transformer.cpu import cpu_info
+
 
 def in_xla() -> bool:
     """Whether the graph being built is compiled by XLA, which has no ``InplaceUpdate`` kernel."""
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
-
-
-@functools.cache
-def _cpu_has_avx512() -> bool:
-    """Whether ``/proc/cpuinfo`` lists AVX-512 (False where there is none to read)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    return "avx512f" in line.split()
-    except OSError:
-        pass
-    return False
 
 
 def feed_forward_transposed(dtype="float32") -> bool:
@@ -56,7 +43,7 @@ def feed_forward_transposed(dtype="float32") -> bool:
     will serve it. Either layout gives the same products up to float rounding
     (oneDNN sums in another order).
     """
-    return keras.backend.standardize_dtype(dtype) != "float32" or not _cpu_has_avx512()
+    return keras.backend.standardize_dtype(dtype) != "float32" or "avx512f" not in cpu_info()[1]
 
 
 def decoding_kernel(denses: list[keras.layers.Dense], dtype, transpose: bool) -> dict:
