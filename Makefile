@@ -23,7 +23,7 @@ format: $(STAMP)
 
 # The main job: Multi30k EN→DE trained, averaged, evaluated, exported and used (about 25 minutes on 2 cores).
 demo: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m tf_transformer.demo
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m tf_transformer.cli.demo
 
 test: lint
 	$(PY) -m pytest

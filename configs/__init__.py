@@ -1,5 +1,15 @@
-"""Model and training presets: ``tiny``, ``small``, ``base``, ``big`` and Table 3's rows."""
+"""Model and training presets (``tiny``, ``small``, ``base``, ``big``, Table 3's rows) and run options."""
 
+from configs.run import PRECISIONS, STRATEGIES, RunOptions
 from configs.transformer import PRESETS, TransformerConfig, get_config, parse_overrides, preset_names
 
-__all__ = ["PRESETS", "TransformerConfig", "get_config", "parse_overrides", "preset_names"]
+__all__ = [
+    "PRECISIONS",
+    "PRESETS",
+    "STRATEGIES",
+    "RunOptions",
+    "TransformerConfig",
+    "get_config",
+    "parse_overrides",
+    "preset_names",
+]

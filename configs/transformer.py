@@ -193,8 +193,7 @@ PRESETS: dict[str, TransformerConfig] = {
     ),
     # Trains on a 2-core CPU in minutes (Multi30k scale: ~8k shared subwords).
     # Peak learning rate 0.8 · 256^-0.5 · 500^-0.5 ≈ 2.2e-3 at step 500: with
-    # 2.0 and warmup 800 (4.4e-3) post-LN training went unstable on Multi30k
-    # (docs/benchmarks.md, quality).
+    # 2.0 and warmup 800 (4.4e-3) post-LN training went unstable on Multi30k.
     "small": _BASE.replace(
         name="small",
         num_layers=3,

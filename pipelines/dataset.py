@@ -28,8 +28,7 @@ CHUNK_SIZE = 1024
 _TOKENIZE_BATCH = 1024
 _CACHE_SHUFFLE_BUFFER = 1_000_000
 # Examples sorted together by length (the whole corpus up to this size): bigger
-# windows give batches of more uniform length (measured: Tatoeba 0.88 → 0.95
-# real/padded tokens going from 50k to all 166k pairs).
+# windows give batches of more uniform length (docs/design/training.md).
 DEFAULT_SORT_WINDOW = 1_000_000
 
 
@@ -279,9 +278,12 @@ def training_dataset(
         mean_longer = float(np.maximum(lengths[:, 0], lengths[:, 1]).mean()) if len(lengths) else 1.0
         window_batches = int(min(chunks_per_window * CHUNK_SIZE, stats.kept) * mean_longer / tokens_per_batch) + 1
         dataset = dataset.shuffle(min(max(window_batches, 16), 2048), seed=seed)
-    dataset = dataset.prefetch(tf.data.AUTOTUNE).with_options(options)
     kept = lengths[_keep(lengths, max_length)]
-    return TrainingData(dataset, stats, buckets, buckets.batches_for(kept.max(axis=1)))
+    batches = buckets.batches_for(kept.max(axis=1))
+    if not repeat:  # a known length: Keras then ends an evaluation pass without running into the end of the data
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
+    dataset = dataset.prefetch(tf.data.AUTOTUNE).with_options(options)
+    return TrainingData(dataset, stats, buckets, batches)
 
 
 def evaluation_dataset(

@@ -18,10 +18,7 @@ from collections.abc import Iterable
 import sentencepiece as spm
 import tensorflow as tf
 
-PAD_ID = 0
-UNK_ID = 1
-BOS_ID = 2
-EOS_ID = 3
+from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401  (re-exported)
 
 
 def _sample_sentences(pairs: Iterable[tuple[str, str]], max_sentences: int, seed: int) -> list[str]:

@@ -1,4 +1,4 @@
-"""Test set-up: quiet TensorFlow, split the CPU into logical devices, deterministic seeds."""
+"""Test set-up: quiet TensorFlow, the CPU split into logical devices, seeds, and shared fixtures."""
 
 import os
 
@@ -9,6 +9,9 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # the kernels tf_transforme
 import keras  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+from tests.commands import export_cli  # noqa: E402
+from tests.corpora import tiny_options, write_corpus  # noqa: E402
 
 # Two logical CPU devices let the tests exercise MirroredStrategy without a GPU.
 # Must run before TensorFlow initializes its devices.
@@ -31,3 +34,39 @@ def _float32_policy():
     keras.config.set_dtype_policy("float32")
     yield
     keras.config.set_dtype_policy("float32")
+
+
+@pytest.fixture(scope="session")
+def corpus_dir(tmp_path_factory):
+    """A ``train`` split of 300 synthetic pairs."""
+    directory = tmp_path_factory.mktemp("corpus")
+    write_corpus(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def train_corpus_dir(tmp_path_factory):
+    """A ``train`` split of 400 synthetic pairs and a ``val`` split of 30."""
+    directory = tmp_path_factory.mktemp("train_corpus")
+    write_corpus(directory, n=400)
+    write_corpus(directory, n=30, seed=5, split="val")
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """A run directory of the ``tiny`` preset trained for 4 steps (vocabulary of 120 pieces)."""
+    from configs import get_config
+    from tf_transformer.training.trainer import train
+
+    root = tmp_path_factory.mktemp("tiny_run")
+    write_corpus(root / "corpus", n=300)
+    options = tiny_options(root / "corpus")
+    train(get_config("tiny"), options, str(root / "run"))
+    return root / "run"
+
+
+@pytest.fixture(scope="session")
+def tiny_export(tiny_run, tmp_path_factory):
+    """``tiny_run`` exported by ``tft-export`` as ``…/tiny_en_de/1`` (output length input + 10)."""
+    return export_cli(tiny_run, tmp_path_factory.mktemp("saved_models") / "tiny_en_de" / "1")

@@ -91,19 +91,6 @@ def test_padded_source_positions_do_not_change_outputs():
     np.testing.assert_allclose(logits_a, logits_b, atol=1e-5)
 
 
-@pytest.mark.parametrize("overrides", [{}, {"pre_norm": True, "position": "learned", "attention_bias": True}])
-def test_encoding_only_the_real_tokens_equals_the_padded_encoder(overrides):
-    """Inference skips padding in the position-wise work: same memory at real positions, zeros elsewhere."""
-    model = build_transformer(get_config("tiny", **overrides))
-    source = random_ids(3, 7, pad_from=[5, 2, 7])  # a different length per sentence, the longest last
-    padded, mask = model.encode(source, training=False)
-    packed, packed_mask = tf.function(model.encode_tokens)(source)
-    real = source != 0
-    np.testing.assert_array_equal(np.asarray(packed_mask), np.asarray(mask))
-    np.testing.assert_allclose(np.asarray(packed)[real], np.asarray(padded)[real], atol=1e-5)
-    assert not np.asarray(packed)[~real].any()
-
-
 def test_decoder_is_causal():
     model = tiny_model()
     source = random_ids(2, 6)
@@ -180,18 +167,39 @@ def test_model_info_cli():
     assert bad.returncode != 0 and "--config" in bad.stderr
 
 
-def test_inference_copy_holds_bfloat16_weights_and_matches_mixed_precision():
-    """bfloat16 weights give what mixed_bfloat16 computes (its matmuls see the same bfloat16 inputs)."""
-    from tf_transformer.model import inference_copy
-
-    model = build_transformer(get_config("tiny"))
-    copy = inference_copy(model, "bfloat16")
-    mixed = inference_copy(model, "mixed_bfloat16")
-    assert {w.dtype for w in copy.weights} == {"bfloat16"}
-    assert {w.dtype for w in mixed.weights} == {"float32"}
-    ids = {"inputs": np.array([[5, 6, 7, 3]], "int32"), "targets": np.array([[2, 8, 9, 10]], "int32")}
-    reference = np.asarray(model(ids, training=False))
-    got = np.asarray(copy(ids, training=False))
-    assert got.dtype == np.float32  # logits stay float32
-    np.testing.assert_allclose(got, np.asarray(mixed(ids, training=False)), atol=0.05)
-    np.testing.assert_allclose(got, reference, atol=0.1)
+@pytest.mark.parametrize("overrides", [{}, {"pre_norm": True}])
+def test_attention_weights_are_the_ones_the_model_used(overrides):
+    """Every layer's weights: rows sum to 1, masked keys get 0, and they equal eq. 1 recomputed from the layer."""
+    model = tiny_model(**overrides)
+    source = random_ids(2, 6, pad_from=[6, 3])
+    targets = random_ids(2, 5, pad_from=[5, 4])
+    ids = {"inputs": source, "targets": targets}
+    logits, weights = model.attention_weights(ids)
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(model(ids, training=False)), atol=1e-5)
+    assert len(weights["encoder"]) == len(weights["decoder"]) == model.num_layers
+    heads = model.num_heads
+    for layer in weights["encoder"]:
+        w = np.asarray(layer["self_attention"])
+        assert w.shape == (2, heads, 6, 6)
+        np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
+        assert not w[1, :, :, 3:].any()  # padded source keys
+    for layer in weights["decoder"]:
+        w, cross = np.asarray(layer["self_attention"]), np.asarray(layer["cross_attention"])
+        assert w.shape == (2, heads, 5, 5) and cross.shape == (2, heads, 5, 6)
+        np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
+        np.testing.assert_allclose(cross.sum(-1), 1.0, atol=1e-5)
+        assert not w[:, :, np.triu_indices(5, 1)[0], np.triu_indices(5, 1)[1]].any()  # no later positions
+        assert not w[1, :, :, 4:].any() and not cross[1, :, :, 3:].any()  # padded target and source keys
+    # Recomputed for the first encoder layer: softmax(Q Kᵀ / √d_k) over its input, masked at padding.
+    embedded = np.asarray(model.source_embedding(source))
+    x = embedded + np.asarray(model.encoder.position_layer(embedded))[None]
+    layer = model.encoder.encoder_layers[0]
+    h = np.asarray(layer.self_attention_residual.norm(x)) if model.pre_norm else x
+    attention = layer.self_attention
+    q = np.asarray(attention.split_heads(attention.query_dense(h), attention.key_dim))
+    k = np.asarray(attention.split_heads(attention.key_dense(h), attention.key_dim))
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(attention.key_dim)
+    scores = np.where((source != 0)[:, None, None, :], scores, -1e9)
+    expected = np.exp(scores - scores.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(weights["encoder"][0]["self_attention"]), expected, atol=1e-5)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import tensorflow as tf
 from keras import ops
 
-PAD_ID = 0
+from tf_transformer.constants import PAD_ID
 
 
 def padding_mask(ids, pad_id: int = PAD_ID):
@@ -30,26 +29,3 @@ def decoder_self_attention_mask(target_ids, pad_id: int = PAD_ID):
     """``[batch, 1, len, len]``: causal and not on padded target keys."""
     length = ops.shape(target_ids)[1]
     return ops.logical_and(causal_mask(length), padding_mask(target_ids, pad_id))
-
-
-class TokenPacking:
-    """The real tokens of a padded ``[batch, len]`` batch as rows, and back (inference only).
-
-    ``mask`` is ``[batch, len]`` boolean, ``True`` at real tokens.
-    :meth:`take` gathers their ``n`` rows in order (sentence by sentence);
-    :meth:`pad` puts rows back at their positions, with zeros at padding.
-    Position-wise work (projections, FFNs, norms) on the rows skips the
-    padding that a batch of unequal sentences mostly is.
-    """
-
-    def __init__(self, mask):
-        self.indices = tf.where(mask)  # [n, 2]: (sentence, position) of each real token
-        self.shape = tf.shape(mask, out_type=tf.int64)  # [2]: batch, len
-
-    def take(self, x):
-        """``[batch, len, ...]`` → ``[n, ...]``."""
-        return tf.gather_nd(x, self.indices)
-
-    def pad(self, rows):
-        """``[n, ...]`` → ``[batch, len, ...]``, zeros at padding."""
-        return tf.scatter_nd(self.indices, rows, tf.concat([self.shape, tf.shape(rows, out_type=tf.int64)[1:]], 0))

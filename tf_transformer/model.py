@@ -36,6 +36,11 @@ class Transformer(keras.Model):
 
     Returns:
       ``float32[batch, tgt_len, vocab_size]`` logits.
+
+    Inference interface (what :mod:`tf_transformer.inference` reads):
+    ``source_embedding``, ``target_embedding`` (``reverse=True`` is the tied
+    pre-softmax projection), ``encoder`` and ``decoder`` (their ``position_layer``,
+    layers and ``finish``); :meth:`attention_weights` for every layer's weights.
     """
 
     def __init__(
@@ -112,19 +117,6 @@ class Transformer(keras.Model):
         memory = self.encoder(embedded, padding_mask=memory_mask, training=training)  # [batch, src_len, d_model]
         return memory, memory_mask
 
-    def encode_tokens(self, source_ids):
-        """:meth:`encode` for inference, the position-wise work on real tokens only (``Encoder.encode_tokens``).
-
-        The memory is zero at padded positions, which the decoder never attends
-        to (a row of padding only has no real position: its memory is all zeros
-        where :meth:`encode` would give values as meaningless). The number of
-        real tokens sets shapes inside, so this is for graphs, not XLA.
-        """
-        memory_mask = masks.padding_mask(source_ids)  # [batch, 1, 1, src_len]
-        embedded = self.source_embedding(source_ids)  # [batch, src_len, d_model]
-        memory = self.encoder.encode_tokens(embedded, memory_mask)  # [batch, src_len, d_model]
-        return memory, memory_mask
-
     def decode(self, target_ids, memory, memory_mask, training=None):
         """Runs the decoder on ``target_ids`` (BOS first); returns float32 logits ``[batch, tgt_len, vocab]``."""
         self_mask = masks.decoder_self_attention_mask(target_ids)  # [batch, 1, tgt_len, tgt_len]
@@ -134,36 +126,36 @@ class Transformer(keras.Model):
         )  # [batch, tgt_len, d_model]
         return self.target_embedding(hidden, reverse=True)  # [batch, tgt_len, vocab]
 
-    def decode_step(self, target_ids, cache, constants, memory_mask, step):
-        """Incremental decoding: ids ``[batch * size]`` at position ``step`` → float32 logits ``[batch * size, vocab]``.
-
-        ``size`` hypotheses (beams) per sentence, consecutive. ``cache`` comes
-        from ``decoder.empty_cache(batch, max_len, dtype, size)``, ``constants``
-        from ``decoder.decoding_constants(memory, memory_mask=memory_mask)``
-        (once per search; the mask optional) and ``memory``, ``memory_mask``
-        from :meth:`encode_tokens` or :meth:`encode` (``[batch, …]``, not per
-        beam); returns ``(logits, cache)``.
-        """
-        embedded = self.target_embedding(target_ids[:, None])  # [batch * size, 1, d_model]
-        hidden, cache = self.decoder.decode_step(embedded, cache, constants, memory_mask, step)
-        # hidden: [batch * size, d_model]
-        return self.target_embedding(hidden, reverse=True), cache  # [batch * size, vocab]
-
-    def decode_first_step(self, target_ids, cache, constants, memory_mask):
-        """:meth:`decode_step` at position 0 with one row per sentence: ids ``[batch]`` → logits ``[batch, vocab]``.
-
-        Every hypothesis of a sentence starts from BOS with the same empty
-        cache, so beam search computes step 0 once per sentence; the returned
-        cache is :meth:`decode_step`'s for all of them
-        (``Decoder.decode_first_step``). Returns ``(logits, cache)``.
-        """
-        embedded = self.target_embedding(target_ids[:, None])  # [batch, 1, d_model]
-        hidden, cache = self.decoder.decode_first_step(embedded, cache, constants, memory_mask)  # [batch, d_model]
-        return self.target_embedding(hidden, reverse=True), cache  # [batch, vocab]
-
     def call(self, inputs, training=None):
         memory, memory_mask = self.encode(inputs["inputs"], training=training)
         return self.decode(inputs["targets"], memory, memory_mask, training=training)
+
+    def attention_weights(self, inputs):
+        """The forward pass of :meth:`call` (no dropout) with every attention layer's weights.
+
+        ``inputs`` as for :meth:`call`. Returns ``(logits, weights)`` with
+        ``weights = {"encoder": [{"self_attention": [batch, heads, src_len,
+        src_len]}, …], "decoder": [{"self_attention": [batch, heads, tgt_len,
+        tgt_len], "cross_attention": [batch, heads, tgt_len, src_len]}, …]}``,
+        one dict per layer, float32 or the compute dtype; each row sums to 1
+        and masked keys (padding, later positions) have weight 0. These are
+        what figures 3–5 of the paper draw.
+        """
+        source_ids, target_ids = inputs["inputs"], inputs["targets"]
+        memory_mask = masks.padding_mask(source_ids)  # [batch, 1, 1, src_len]
+        memory, encoder_weights = self.encoder(
+            self.source_embedding(source_ids), padding_mask=memory_mask, training=False, return_attention_scores=True
+        )  # memory: [batch, src_len, d_model]
+        hidden, decoder_weights = self.decoder(
+            self.target_embedding(target_ids),
+            memory,
+            self_attention_mask=masks.decoder_self_attention_mask(target_ids),
+            memory_mask=memory_mask,
+            training=False,
+            return_attention_scores=True,
+        )  # hidden: [batch, tgt_len, d_model]
+        logits = self.target_embedding(hidden, reverse=True)  # [batch, tgt_len, vocab]
+        return logits, {"encoder": encoder_weights, "decoder": decoder_weights}
 
     def build_for_shapes(self, src_len: int = 2, tgt_len: int = 2):
         """Creates every weight by running one tiny forward pass."""
@@ -235,23 +227,3 @@ def build_transformer(config: TransformerConfig, dtype=None, build: bool = True)
     if build:
         model.build_for_shapes()
     return model
-
-
-def inference_copy(model: Transformer, dtype: str) -> Transformer:
-    """``model`` with its weights stored, and computed, in ``dtype`` (``"bfloat16"``, ``"float16"``…).
-
-    Under a mixed policy every layer casts its float32 variables to the compute
-    dtype on every call. In a decoding loop that was every step (a quarter of
-    bfloat16 decoding time on CPU); the decoder's kernels are now cast once per
-    search, but the shared embedding still every step. Inference needs no
-    float32 master weights: this copy holds them in ``dtype`` once, so the matmuls see the same inputs
-    as under ``mixed_<dtype>`` without the casts. Layer norms still compute in
-    float32 and attention's softmax and the logits stay float32.
-    """
-    config = model.get_config()
-    config["dtype"] = dtype
-    config["name"] = f"{model.name}_{dtype}"
-    copy = Transformer.from_config(config).build_for_shapes()
-    for target, source in zip(copy.weights, model.weights, strict=True):
-        target.assign(ops.cast(source, target.dtype))
-    return copy

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from absl import flags
+from absl import app, flags
+
+from tf_transformer.cli.startup import start_tensorflow
+
+
+def run_main(main) -> None:
+    """``absl.app.run(main)``, with TensorFlow started quietly once the flags have parsed (``--help`` stays fast)."""
+
+    def started(argv):
+        start_tensorflow()
+        return main(argv)
+
+    app.run(started)
 
 
 def define_thread_flags() -> None:

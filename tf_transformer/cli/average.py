@@ -9,6 +9,8 @@ import json
 
 from absl import app, flags
 
+from tf_transformer.cli import run_main
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "Model directory written by tft-train.", required=True)
 flags.DEFINE_integer("last", 5, "How many of the newest checkpoints to average (paper: 5 base, 20 big).", lower_bound=1)
@@ -18,7 +20,7 @@ flags.DEFINE_string("output", None, "Output directory (default: MODEL_DIR/averag
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    from tf_transformer.averaging import average_checkpoints, last_checkpoints
+    from tf_transformer.training.averaging import average_checkpoints, last_checkpoints
 
     try:
         sources = last_checkpoints(FLAGS.model_dir, FLAGS.last)
@@ -29,7 +31,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    run_main(main)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import sys
 
 from absl import app, flags
 
+from tf_transformer.cli import run_main
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "Exported SavedModel directory.")
 flags.DEFINE_string("model_dir", None, "Or a training run directory (its averaged or newest checkpoint).")
@@ -36,7 +38,7 @@ def main(argv):
         raise app.UsageError("Give exactly one of --model (an export) or --model_dir (a training run)")
     from pipelines import DataError, parallel_files
     from tf_transformer.evaluation import score
-    from tf_transformer.translation import translate_lines, translate_with_checkpoint
+    from tf_transformer.inference.batch_translation import translate_lines, translate_with_checkpoint
 
     try:
         parallel_files(FLAGS.src, FLAGS.ref)  # exists, UTF-8, equal line counts
@@ -68,7 +70,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    run_main(main)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ import json
 
 from absl import app, flags
 
+from tf_transformer.cli import run_main
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "Model directory written by tft-train.", required=True)
 flags.DEFINE_string(
@@ -24,8 +26,8 @@ flags.DEFINE_enum(
     "dtype",
     None,
     ["float32", "bfloat16", "float16"],
-    "Weights and compute dtype of the exported graph (default: float32). bfloat16 decodes ~1.3x faster on "
-    "CPUs with AMX, with translations that differ slightly from float32's (docs/benchmarks.md).",
+    "Weights and compute dtype of the exported graph (default: float32). bfloat16 decodes faster on CPUs with "
+    "bfloat16 hardware (AMX, AVX512_BF16), with translations that differ slightly from float32's (docs/cpu.md).",
 )
 flags.DEFINE_integer(
     "streams",
@@ -41,7 +43,7 @@ flags.DEFINE_bool("overwrite", False, "Replace an existing export directory.")
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    from tf_transformer.export import export_run
+    from tf_transformer.inference.export import export_run
 
     try:
         path = export_run(
@@ -63,7 +65,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    run_main(main)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import json
 from absl import app, flags
 
 from configs import get_config, preset_names
+from tf_transformer.cli import run_main
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("config", "base", preset_names(), "Preset name: tiny, small, base, big or a Table 3 row (A1 … E).")
@@ -47,7 +48,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    run_main(main)
 
 
 if __name__ == "__main__":

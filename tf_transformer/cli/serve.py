@@ -10,7 +10,7 @@ import sys
 
 from absl import app, flags
 
-from tf_transformer.cli import apply_thread_flags, define_thread_flags
+from tf_transformer.cli import apply_thread_flags, define_thread_flags, run_main
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "SavedModel version directory (or its base directory of versions).", required=True)
@@ -24,7 +24,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     apply_thread_flags()
-    from tf_transformer.serving import serve
+    from tf_transformer.inference.serving import serve
 
     def ready(httpd, model):
         host, port = httpd.server_address[:2]
@@ -41,7 +41,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    run_main(main)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ import os
 
 from absl import app, flags, logging
 
-from configs import preset_names
-from tf_transformer.training.strategy import PRECISIONS, STRATEGIES
+from configs import PRECISIONS, STRATEGIES, preset_names
+from tf_transformer.cli import run_main
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("config", "small", preset_names(), "Preset: tiny, small, base, big or a Table 3 row.")
@@ -107,7 +107,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    run_main(main)
 
 
 if __name__ == "__main__":

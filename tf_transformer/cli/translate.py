@@ -9,12 +9,13 @@ Lines are batched by length and written in input order; progress goes to stderr.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from absl import app, flags
 
-from tf_transformer.cli import apply_thread_flags, define_thread_flags
-from tf_transformer.translation import translate_lines, translate_with_checkpoint
+from tf_transformer.cli import apply_thread_flags, define_thread_flags, run_main
+from tf_transformer.inference.batch_translation import translate_lines, translate_with_checkpoint
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "Exported SavedModel directory (beam size and α fixed at export).")
@@ -31,8 +32,7 @@ flags.DEFINE_integer(
     "workers",
     1,
     "Batches translated at once, each on its own thread; output order is kept. With --intra_op_threads 0 the "
-    "intra-op pool gets cores / (workers × --streams) threads (on 2 cores, 2 workers of one thread each decoded "
-    "faster than one batch at a time).",
+    "intra-op pool gets cores / (workers × --streams) threads (docs/inference.md).",
     lower_bound=1,
 )
 define_thread_flags()
@@ -48,6 +48,10 @@ def main(argv):
             "--beam_size, --alpha, --nbest and --streams are fixed when exporting (tft-export); "
             "use --model_dir to choose them at translation time"
         )
+    if FLAGS.model and not os.path.exists(os.path.join(FLAGS.model, "saved_model.pb")):
+        raise app.UsageError(f"--model {FLAGS.model}: no saved_model.pb there (give an export's version directory)")
+    if FLAGS.model_dir and not os.path.exists(os.path.join(FLAGS.model_dir, "config.json")):
+        raise app.UsageError(f"--model_dir {FLAGS.model_dir}: no config.json there (give a tft-train run directory)")
     apply_thread_flags(FLAGS.workers * FLAGS.streams)  # searches at once: batches × each one's streams
     lines = [line.rstrip("\r\n") for line in sys.stdin]
 
@@ -82,7 +86,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    run_main(main)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import keras
 
-from tf_transformer.layers.decoding_kernels import decoding_kernel, feed_forward_transposed, project
-
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class PositionwiseFeedForward(keras.layers.Layer):
@@ -22,6 +20,9 @@ class PositionwiseFeedForward(keras.layers.Layer):
 
     Returns:
       ``[batch, len, output_dim]``.
+
+    Inference interface: the ``Dense`` layers ``inner`` (W1, b1 and the
+    activation) and ``outer`` (W2, b2).
     """
 
     def __init__(
@@ -51,23 +52,6 @@ class PositionwiseFeedForward(keras.layers.Layer):
         hidden = self.inner(x)  # [batch, len, d_ff]
         hidden = self.inner_dropout(hidden, training=training)
         return self.outer(hidden)  # [batch, len, output_dim]
-
-    def decoding_weights(self) -> dict:
-        """W1, b1, W2, b2 laid out for :meth:`decode_rows`, prepared once per search.
-
-        Stored transposed or not as these few-row products multiply faster on
-        this CPU (:func:`~tf_transformer.layers.decoding_kernels.feed_forward_transposed`).
-        """
-        transpose = feed_forward_transposed(self.compute_dtype)
-        return {
-            "inner": decoding_kernel([self.inner], self.compute_dtype, transpose=transpose),
-            "outer": decoding_kernel([self.outer], self.compute_dtype, transpose=transpose),
-        }
-
-    def decode_rows(self, rows, weights):
-        """FFN of ``rows`` ``[n, d_model]`` with :meth:`decoding_weights` (inference: no dropout)."""
-        hidden = self.inner.activation(project(rows, weights["inner"]))  # [n, d_ff]
-        return project(hidden, weights["outer"])  # [n, output_dim]
 
     def compute_output_shape(self, x_shape):
         output_dim = self.output_dim if self.output_dim is not None else x_shape[-1]

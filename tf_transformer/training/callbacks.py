@@ -94,6 +94,56 @@ class StopAfterMinutes(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+class ProgressLogger(keras.callbacks.Callback):
+    """One line per epoch (and one a minute within long epochs), counting toward the real end of the run.
+
+    Keras's own progress shows ``Epoch 1/N`` for the ``epochs`` that ``fit``
+    was given, which for a run bounded by steps or by a time budget is not
+    where it ends. This shows the optimizer steps done of ``train_steps`` and,
+    with a budget, the minutes used of ``max_minutes`` (the run stops at
+    whichever comes first), with the epoch's metrics.
+    """
+
+    def __init__(
+        self,
+        train_steps: int,
+        max_minutes: float | None = None,
+        start: float | None = None,
+        every_seconds: float = 60.0,
+        print_fn=print,
+    ):
+        super().__init__()
+        self.train_steps = train_steps
+        self.max_minutes = max_minutes
+        self.start = start
+        self.every_seconds = every_seconds
+        self.print_fn = print_fn
+
+    def on_train_begin(self, logs=None):
+        if self.start is None:
+            self.start = time.perf_counter()
+        self._last = time.perf_counter()
+
+    def _where(self) -> str:
+        step = int(self.model.optimizer.iterations.numpy())
+        parts = [f"step {step}/{self.train_steps}"]
+        minutes = (time.perf_counter() - self.start) / 60.0
+        parts.append(f"{minutes:.1f}/{self.max_minutes:g} min" if self.max_minutes else f"{minutes:.1f} min")
+        return " · ".join(parts)
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.perf_counter()
+        if now - self._last >= self.every_seconds:
+            self._last = now
+            loss = (logs or {}).get("loss")
+            self.print_fn(f"  {self._where()}" + (f" · loss {float(loss):.4f}" if loss is not None else ""), flush=True)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._last = time.perf_counter()
+        metrics = " · ".join(f"{key} {float(value):.4g}" for key, value in sorted((logs or {}).items()))
+        self.print_fn(f"epoch {epoch + 1} · {self._where()} · {metrics}", flush=True)
+
+
 class TrainingMonitor(keras.callbacks.Callback):
     """TensorBoard scalars per step (learning rate, target tokens/s) and, per epoch,
     validation BLEU on a dev subset and a few sample translations as text.
@@ -169,7 +219,9 @@ class TargetTokens(keras.metrics.Metric):
         self.count.assign_add(tf.reduce_sum(tf.cast(tf.not_equal(y_true, 0), tf.float32)))
 
     def result(self):
-        return self.count
+        # The value now, not the variable: Keras keeps the result in the epoch's logs and then
+        # resets the variable for validation, which would overwrite the training count.
+        return tf.identity(self.count)
 
     def reset_state(self):
         self.count.assign(0.0)

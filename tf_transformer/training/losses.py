@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-PAD_ID = 0
+from tf_transformer.constants import PAD_ID
 
 
 def token_statistics(labels, logits):
@@ -43,10 +43,10 @@ def label_smoothed_nll(labels, logits, label_smoothing: float):
     m the largest logit (log Σ exp(z) − (1 − ε)·z_label − (ε/V)·Σ_j z_j without the
     cancellation of large terms), and with the gradient ``softmax − q`` given directly:
     the exponentials of the forward pass are reused and the label's term is subtracted
-    at one position per token. About twice as fast on CPU as
-    ``tf.nn.softmax_cross_entropy_with_logits`` against a one-hot target (which also
-    needs that ``[batch, len, vocab]`` target built), and it shares its passes with the
-    token perplexity (see ``token_statistics``). ``labels`` must lie in ``[0, vocab)``.
+    at one position per token. Faster than ``tf.nn.softmax_cross_entropy_with_logits``
+    against a one-hot target, which also needs that ``[batch, len, vocab]`` target built
+    (docs/design/training.md), and it shares its passes with the token perplexity (see
+    ``token_statistics``). ``labels`` must lie in ``[0, vocab)``.
     """
     labels = ops.cast(labels, "int32")  # [batch, len]
 

@@ -25,6 +25,7 @@ from absl import logging
 
 import pipelines
 from configs import TransformerConfig
+from tf_transformer import run_dir
 from tf_transformer.model import build_transformer
 from tf_transformer.training.losses import LabelSmoothedCrossEntropy
 from tf_transformer.training.schedules import paper_optimizer
@@ -39,8 +40,6 @@ def _task(strategy) -> tuple[str | None, int]:
 
 def train_multi_worker(config: TransformerConfig, options, model_dir: str, strategy) -> dict:
     """Trains with ``strategy`` (a MultiWorkerMirroredStrategy) for ``options.train_steps`` steps."""
-    from tf_transformer.training.trainer import _save_json, _vocabulary
-
     if options.accumulate_steps > 1:
         raise ValueError("--accumulate_steps is not supported with --strategy multi_worker")
     if options.precision == "mixed_float16":
@@ -51,9 +50,11 @@ def train_multi_worker(config: TransformerConfig, options, model_dir: str, strat
     os.makedirs(work_dir, exist_ok=True)
 
     corpus = pipelines.find_split(options.data, options.train_split, options.src, options.tgt)
-    tokenizer = _vocabulary(work_dir, corpus, config, options)  # deterministic: identical on every worker
+    tokenizer = run_dir.make_vocabulary(  # deterministic: identical on every worker
+        work_dir, corpus, options.vocab_size or config.vocab_size, options.vocab_model_type, options.seed
+    )
     config = config.replace(vocab_size=tokenizer.vocab_size)
-    _save_json(os.path.join(work_dir, "config.json"), {"model": config.to_dict(), "run": dataclasses.asdict(options)})
+    run_dir.save_run(work_dir, config, dataclasses.asdict(options))
     replicas = strategy.num_replicas_in_sync
     data = pipelines.training_dataset(
         corpus,
@@ -146,6 +147,6 @@ def train_multi_worker(config: TransformerConfig, options, model_dir: str, strat
         "history": {"loss": losses},
         "latest_checkpoint": manager.latest_checkpoint,
     }
-    _save_json(os.path.join(work_dir, "train_summary.json"), summary)
+    run_dir.save_json(os.path.join(work_dir, "train_summary.json"), summary)
     logging.info("worker %s done: %s", task_id, json.dumps({k: v for k, v in summary.items() if k != "history"}))
     return summary

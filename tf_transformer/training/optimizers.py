@@ -15,8 +15,7 @@ class FusedAdam(keras.optimizers.Adam):
     ``θ ← θ − α·m / (√v + ε)`` with ``α = lr·√(1 − β2ᵗ) / (1 − β1ᵗ)``. Keras writes it as
     about twelve element-wise ops per variable, each reading and writing a temporary the
     size of the variable; TensorFlow's kernel updates ``m``, ``v`` and the variable in place.
-    On a CPU that is most of the optimizer's time: 144 → 52 ms per update of the 48M
-    parameters of transformer-base with an 8k vocabulary.
+    On a CPU those temporaries are most of the optimizer's time (docs/design/training.md).
 
     Falls back to Keras's update for AMSGrad and for other Keras backends. Takes the same
     arguments as ``keras.optimizers.Adam``, and its slots and checkpoints are Keras's own.

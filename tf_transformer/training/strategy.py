@@ -5,8 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker")
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+from configs.run import PRECISIONS, STRATEGIES
 
 
 def make_strategy(name: str = "auto") -> tf.distribute.Strategy:

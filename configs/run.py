@@ -1,0 +1,43 @@
+"""How to train: the run options of ``tft-train`` (the model itself is a :class:`~configs.TransformerConfig`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How to train (the model itself is a :class:`configs.TransformerConfig`).
+
+    ``train_steps`` counts optimizer updates; ``steps_per_epoch`` counts
+    micro-batches (one data pass by default). ``tokens`` is the global budget per
+    side; ``None`` takes the preset's.
+    """
+
+    data: str
+    src: str = "en"
+    tgt: str = "de"
+    train_split: str = "train"
+    dev_split: str | None = "val"
+    epochs: int | None = None
+    train_steps: int | None = None
+    steps_per_epoch: int | None = None
+    checkpoint_every: int | None = 1000
+    keep_checkpoints: int = 10
+    tokens: int | None = None
+    max_length: int | None = None
+    precision: str = "float32"
+    strategy: str = "auto"
+    jit_compile: bool | None = None
+    accumulate_steps: int = 1
+    seed: int = 1
+    vocab_size: int | None = None
+    vocab_model_type: str = "bpe"
+    dev_bleu_sentences: int = 100
+    log_every: int = 50
+    max_minutes: float | None = None
+    budget_start: float | None = None  # time.perf_counter() at which max_minutes starts (default: the first step)
+    verbose: int | str = "auto"

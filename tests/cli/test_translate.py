@@ -1,0 +1,79 @@
+"""tft-translate: order kept across batches and workers, n-best from a run, flags checked."""
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from tests.commands import BIN
+
+
+def test_translate_cli_keeps_input_order(tiny_export):
+    lines = ["zeta", "alpha beta gamma delta epsilon", "", "omega"]
+    result = subprocess.run(
+        [str(BIN / "tft-translate"), "--model", str(tiny_export), "--batch_size", "2", "--workers", "2"],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    outputs = result.stdout.split("\n")[:-1]
+    assert len(outputs) == 4 and outputs[2] == ""
+    assert "translated 4/4" in result.stderr
+    single = subprocess.run(  # one sentence, TensorFlow's thread pools set by flag
+        [str(BIN / "tft-translate"), "--model", str(tiny_export), "--intra_op_threads", "1", "--inter_op_threads", "2"],
+        input="omega\n",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert single.stdout.split("\n")[0] == outputs[3]
+
+
+@pytest.mark.slow
+def test_translate_cli_from_a_run_with_nbest(tiny_run, tiny_export):
+    lines = ["zeta", "alpha beta"]
+    result = subprocess.run(
+        [str(BIN / "tft-translate"), "--model_dir", str(tiny_run), "--beam_size", "3", "--nbest", "2"],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.split("\t") for line in result.stdout.strip("\n").split("\n")]
+    assert [r[0] for r in rows] == ["0", "0", "1", "1"]
+    assert float(rows[0][1]) >= float(rows[1][1]) and float(rows[2][1]) >= float(rows[3][1])
+    streams = subprocess.run(
+        [str(BIN / "tft-translate"), "--model_dir", str(tiny_run), "--beam_size", "3", "--nbest", "2"]
+        + ["--streams", "2", "--intra_op_threads", "1", "--inter_op_threads", "2"],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert streams.returncode == 0, streams.stderr[-3000:]
+    split_rows = [line.split("\t") for line in streams.stdout.strip("\n").split("\n")]
+    assert [(r[0], r[2]) for r in split_rows] == [(r[0], r[2]) for r in rows]  # one sentence per stream: same n-best
+    np.testing.assert_allclose([float(r[1]) for r in split_rows], [float(r[1]) for r in rows], atol=2e-4)
+    refused = subprocess.run(
+        [str(BIN / "tft-translate"), "--model", str(tiny_export), "--nbest", "2"],
+        input="zeta\n",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert refused.returncode != 0 and "--model_dir" in refused.stderr
+
+
+def test_translate_names_a_missing_model(tmp_path):
+    for flag in ("--model", "--model_dir"):
+        result = subprocess.run(
+            [str(BIN / "tft-translate"), flag, str(tmp_path / "nothing")],
+            input="zeta\n",
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode != 0 and flag in result.stderr and "Traceback" not in result.stderr

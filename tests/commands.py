@@ -1,0 +1,19 @@
+"""Running the installed command-line tools from tests."""
+
+import pathlib
+import subprocess
+import sys
+
+BIN = pathlib.Path(sys.executable).parent
+
+
+def export_cli(run_dir, output, *flags):
+    """``tft-export`` of ``run_dir`` to ``output`` (maximum output length input + 10) in a fresh process."""
+    result = subprocess.run(
+        [str(BIN / "tft-export"), "--model_dir", str(run_dir), "--output", str(output), "--extra_length", "10", *flags],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return output

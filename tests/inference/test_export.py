@@ -1,0 +1,134 @@
+"""Export for TF Serving: loads in a fresh process with both loaders and translates the same."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pipelines import Tokenizer
+from tests.commands import BIN, export_cli
+from tf_transformer.inference.export import export_run
+from tf_transformer.inference.translator import Translator
+from tf_transformer.run_dir import restore_model
+
+SENTENCES = [
+    "alpha beta gamma",
+    "",
+    "   ",
+    "haus baum katze hund " * 40,  # 160 words: longer than any training example (max_length 64)
+    "日本語のテキスト",
+    "omega 🙂 sigma",
+    "zeta",
+]
+
+
+def in_process(tiny_run):
+    model, config = restore_model(str(tiny_run))
+    translator = Translator(model, Tokenizer(str(tiny_run / "sp.model")), beam_size=4, alpha=0.6, extra_length=10)
+    outputs = translator.translate(tf.constant(SENTENCES))
+    return [t.decode() for t in outputs["translations"].numpy()], outputs["scores"].numpy()
+
+
+LOADERS = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  registers the SentencePiece ops
+path, sentences = sys.argv[1], json.loads(sys.argv[2])
+# (a) TF2 loader
+serving = tf.saved_model.load(path).signatures["serving_default"]
+out = serving(inputs=tf.constant(sentences))
+tf2 = [t.decode() for t in out["translations"].numpy()]
+ids = tf.saved_model.load(path).signatures["translate_ids"](inputs=tf.constant([[9, 10, 3]], tf.int32))
+# (b) the session-based loader TF Serving uses: tag "serve", feed and fetch by tensor names
+with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+    meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
+    signature = meta.signature_def["serving_default"]
+    fetches = {key: value.name for key, value in signature.outputs.items()}
+    result = session.run(fetches, {signature.inputs["inputs"].name: sentences})
+    v1 = [t.decode() for t in result["translations"]]
+scores = out["scores"].numpy().tolist()
+print(json.dumps({"tf2": tf2, "v1": v1, "scores": scores, "ids_shape": ids["ids"].shape.as_list()}))
+"""
+
+
+def test_export_layout_and_assets(tiny_export):
+    assert tiny_export.name == "1" and tiny_export.parent.name == "tiny_en_de"
+    assert (tiny_export / "saved_model.pb").exists() and (tiny_export / "variables").is_dir()
+    assert (tiny_export / "assets" / "sp.model").exists()
+    assert not [p for p in tiny_export.parent.iterdir() if p.name.startswith(".")]  # no staging left behind
+
+
+def test_export_saves_each_weight_once(tiny_run, tiny_export):
+    """The graph's variables only: not the Keras model's copy of them, nor the decoder's unused training layout."""
+    model, _ = restore_model(str(tiny_run))
+    shapes = tf.train.load_checkpoint(str(tiny_export / "variables" / "variables")).get_variable_to_shape_map()
+    saved = sum(int(np.prod(shape)) for name, shape in shapes.items() if name != "_CHECKPOINTABLE_OBJECT_GRAPH")
+    assert saved == model.count_params()  # the frozen decoding layout holds as many numbers as the kernels
+
+
+def test_fresh_process_loads_with_both_loaders_and_matches(tiny_run, tiny_export):
+    expected, expected_scores = in_process(tiny_run)
+    result = subprocess.run(
+        [sys.executable, "-c", LOADERS, str(tiny_export), json.dumps(SENTENCES)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert loaded["tf2"] == expected
+    assert loaded["v1"] == expected
+    np.testing.assert_allclose(loaded["scores"], expected_scores, atol=1e-4)
+    assert loaded["ids_shape"][0] == 1
+    # Edge cases: empty and whitespace-only in → empty out; the rest produce something, no crash.
+    assert expected[1] == "" and expected[2] == ""
+
+
+@pytest.mark.slow
+def test_bfloat16_export_loads_in_a_fresh_process_and_translates(tiny_run, tmp_path):
+    """``--dtype bfloat16``: bfloat16 variables in the SavedModel; both loaders run it."""
+    output = export_cli(tiny_run, tmp_path / "tiny_bf16" / "1", "--dtype", "bfloat16")
+    prefix = str(output / "variables" / "variables")
+    values = [tf.train.load_variable(prefix, name) for name, _ in tf.train.list_variables(prefix)]
+    float_dtypes = {v.dtype.name for v in values if isinstance(v, np.ndarray) and v.dtype.kind in "fV"}
+    assert float_dtypes == {"bfloat16"}, float_dtypes
+    result = subprocess.run(
+        [sys.executable, "-c", LOADERS, str(output), json.dumps(SENTENCES)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert loaded["tf2"] == loaded["v1"] and len(loaded["tf2"]) == len(SENTENCES)
+    assert loaded["tf2"][1] == "" and all(np.isfinite(loaded["scores"]))
+
+
+@pytest.mark.slow
+def test_export_with_streams_translates_as_in_process(tiny_run, tmp_path):
+    """A graph traced with two streams, saved and loaded: the in-process translations (7 sentences: 4 + 3)."""
+    output = export_cli(tiny_run, tmp_path / "tiny_en_de" / "1", "--streams", "2")
+    translated = subprocess.run(
+        [str(BIN / "tft-translate"), "--model", str(output), "--scores"]
+        + ["--intra_op_threads", "1", "--inter_op_threads", "2"],
+        input="\n".join(line.replace("\n", " ") for line in SENTENCES) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert translated.returncode == 0, translated.stderr[-3000:]
+    rows = [line.split("\t", 1) for line in translated.stdout.split("\n")[: len(SENTENCES)]]
+    texts, scores = in_process(tiny_run)
+    assert [text for _, text in rows] == texts
+    np.testing.assert_allclose([float(score) for score, _ in rows], scores, atol=2e-4)
+
+
+def test_existing_export_is_not_overwritten(tiny_run, tiny_export):
+    with pytest.raises(FileExistsError, match="exists"):
+        export_run(str(tiny_run), str(tiny_export))

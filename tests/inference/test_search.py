@@ -1,0 +1,412 @@
+"""Cached incremental decoding and beam search (section 6.1)."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from configs import get_config
+from tests.inference.reference import reference_greedy
+from tf_transformer import build_transformer
+from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
+from tf_transformer.inference.beam_search import beam_search, length_penalty
+from tf_transformer.inference.greedy import greedy_search
+from tf_transformer.inference.incremental import IncrementalDecoder
+from tf_transformer.inference.packing import encode_tokens
+from tf_transformer.inference.translator import Translator
+
+RNG = np.random.default_rng(5)
+
+
+@pytest.mark.parametrize(
+    "overrides, dtype, atol",
+    [
+        ({}, None, 1e-4),
+        ({"pre_norm": True, "position": "learned"}, None, 1e-4),
+        ({"attention_bias": True, "key_dim": 8, "value_dim": 12}, None, 1e-4),  # fused q|k|v of unequal widths
+        ({}, "mixed_bfloat16", 3e-2),  # decoding kernels cast once per search instead of per call
+    ],
+)
+def test_cached_steps_equal_the_full_forward_pass(overrides, dtype, atol):
+    model = build_transformer(get_config("tiny", **overrides), dtype=dtype)
+    decoding = IncrementalDecoder(model)
+    source = RNG.integers(4, 256, (2, 7)).astype("int32")
+    source[1, 5:] = 0  # padding: zero memory keys and values there when packed, masked either way
+    # 12 positions: past the first cache block of 8, in a cache of 13 (not a whole number of blocks).
+    targets = np.concatenate([np.full((2, 1), BOS_ID), RNG.integers(4, 256, (2, 11))], axis=1).astype("int32")
+    full = np.asarray(model({"inputs": source, "targets": targets}, training=False))  # [2, 12, vocab]
+    # As a Translator decodes (projections of real tokens only, zeros at padding) and from the padded encoder.
+    for packed in (True, False):
+        if packed:
+            memory, memory_mask = encode_tokens(model, source)
+            constants = decoding.constants(memory, memory_mask=memory_mask)
+        else:
+            memory, memory_mask = model.encode(source, training=False)
+            constants = decoding.constants(memory)
+        caches = decoding.empty_cache(2, 13, memory.dtype)
+        for step in range(targets.shape[1]):
+            logits, caches = decoding.step(targets[:, step], caches, constants, memory_mask, step)
+            # bfloat16 rounds to 8 significant bits: allow a few units in the last place of each logit.
+            rtol = 2e-2 if dtype == "mixed_bfloat16" else 0.0
+            np.testing.assert_allclose(np.asarray(logits), full[:, step], atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("max_length", [None, 5])
+def test_greedy_search_equals_the_uncached_reference(max_length):
+    """Greedy search over the cache picks what re-running the whole decoder picks, at every length limit."""
+    model = build_transformer(get_config("tiny"))
+    source = RNG.integers(4, 256, (3, 6)).astype("int32")
+    source[2, 3:] = 0
+    source[np.arange(3), [5, 5, 2]] = EOS_ID
+    expected = np.asarray(reference_greedy(model, source, extra_length=8, max_length=max_length))
+    if max_length is not None:  # the reference cuts rows at the cap; the search ends them there with EOS
+        cut = expected[:, :max_length].copy()
+        unfinished = ~(cut == EOS_ID).any(axis=1)
+        cut[unfinished, -1] = EOS_ID
+        expected = cut
+    got = np.asarray(tf.function(lambda x: greedy_search(model, x, extra_length=8, max_length=max_length))(source))
+    width = max(expected.shape[1], got.shape[1])
+    pad = lambda a: np.pad(a, [(0, 0), (0, width - a.shape[1])])  # noqa: E731
+    np.testing.assert_array_equal(pad(got), pad(expected))
+    ends = (pad(got) == EOS_ID).argmax(axis=1)  # every row ends in EOS, within its limit
+    assert (pad(got)[np.arange(3), ends] == EOS_ID).all()
+    assert (ends + 1 <= (source != PAD_ID).sum(axis=1) + 8).all()
+
+
+# A hand-set probability table. Tokens: 0 pad, 1 unk, 2 BOS, 3 EOS, 4 "a", 5 "b".
+# The next-token distribution depends only on the previous token:
+#   after BOS: a 0.5, b 0.4, EOS 0.1
+#   after a:   EOS 0.4, a 0.3, b 0.3
+#   after b:   EOS 0.9, a 0.05, b 0.05
+# Greedy takes a then EOS: p = 0.5 · 0.4 = 0.20. Beam search (K = 2) also keeps
+# "b" and finds b EOS: p = 0.4 · 0.9 = 0.36, the better translation.
+TABLE = {
+    BOS_ID: {4: 0.5, 5: 0.4, EOS_ID: 0.1},
+    4: {EOS_ID: 0.4, 4: 0.3, 5: 0.3},
+    5: {EOS_ID: 0.9, 4: 0.05, 5: 0.05},
+}
+
+
+def table_step(ids, cache, step):
+    rows = []
+    for token in range(6):
+        row = np.full(6, 1e-12)
+        for nxt, p in TABLE.get(token, {EOS_ID: 1.0}).items():
+            row[nxt] = p
+        rows.append(np.log(row / row.sum()))
+    log_probs = tf.gather(tf.constant(np.array(rows), tf.float32), ids)  # [batch*beam, 6]
+    return log_probs, {"calls": cache["calls"] + 1}
+
+
+def run_table(beam_size, alpha, max_length=6):
+    cache = {"calls": tf.zeros([beam_size], tf.int32)}
+    ids, scores, steps = beam_search(table_step, cache, 1, tf.constant([max_length]), beam_size=beam_size, alpha=alpha)
+    return np.asarray(ids)[0], np.asarray(scores)[0], int(steps)
+
+
+def test_golden_beam_search_with_length_penalty():
+    ids, scores, steps = run_table(beam_size=2, alpha=0.6)
+    assert list(ids[0][:2]) == [5, EOS_ID]  # b EOS
+    assert scores[0] == pytest.approx(math.log(0.4 * 0.9) / ((5 + 2) / 6) ** 0.6, rel=1e-5)
+    # Second best: a EOS (0.20), scored with the same 2-token penalty; "EOS" alone
+    # (0.1, length 1) scores log(0.1) / 1 = −2.30 < log(0.2) / 1.097 = −1.47.
+    assert list(ids[1][:2]) == [4, EOS_ID]
+    assert scores[1] == pytest.approx(math.log(0.2) / ((5 + 2) / 6) ** 0.6, rel=1e-5)
+    # Early stop: both beams finished after 2 steps and "a a …" (≤ 0.5·0.3·… ) cannot
+    # beat them, so the loop stops long before the maximum of 6.
+    assert steps < 6
+    # Greedy (beam 1) takes the locally best "a" and ends with the worse a EOS.
+    greedy, greedy_scores, _ = run_table(beam_size=1, alpha=0.6)
+    assert list(greedy[0][:2]) == [4, EOS_ID]
+
+
+def test_length_penalty_changes_the_winner():
+    """With α = 0 the short hypothesis wins; a large α favours the long one (hand-computed)."""
+    global TABLE
+    saved = TABLE
+    # after BOS: EOS 0.5, a 0.5; after a: EOS 0.3, a 0.7.
+    TABLE = {BOS_ID: {EOS_ID: 0.5, 4: 0.5}, 4: {EOS_ID: 0.3, 4: 0.7}}
+    try:
+        # α = 0: EOS alone has p 0.5; every longer one has at most 0.5 · 0.3 = 0.15.
+        ids, scores, _ = run_table(beam_size=3, alpha=0.0)
+        assert ids[0][0] == EOS_ID and scores[0] == pytest.approx(math.log(0.5), rel=1e-5)
+        # α = 3, penalty ((5+len)/6)^3: EOS −0.693/1 = −0.693; a EOS −1.897/1.588 = −1.195;
+        # a a EOS −2.254/2.370 = −0.951; a×3 EOS −2.610/3.375 = −0.773; a×4 EOS −2.967/4.630 = −0.641;
+        # a×5 EOS (the maximum length, 6) −3.324/6.162 = −0.539: the longest wins.
+        ids, scores, _ = run_table(beam_size=3, alpha=3.0)
+        assert list(ids[0]) == [4, 4, 4, 4, 4, EOS_ID]
+        expected = math.log(0.5 * 0.7**4 * 0.3) / ((5 + 6) / 6) ** 3
+        assert scores[0] == pytest.approx(expected, rel=1e-5) and scores[0] == pytest.approx(-0.539, abs=1e-3)
+        assert float(length_penalty(6, 3.0)) == pytest.approx((11 / 6) ** 3, rel=1e-6)
+    finally:
+        TABLE = saved
+
+
+def test_output_length_is_bounded_by_input_plus_extra():
+    model = build_transformer(get_config("tiny"))
+    source = np.array([[9, 10, EOS_ID, 0, 0], [9, 10, 11, 12, EOS_ID]], "int32")
+    ids, _, steps = Translator(model, None, beam_size=2, extra_length=3).search(source)
+    ids = np.asarray(ids)
+    lengths = [(row != 0).sum() for row in ids[:, 0]]
+    assert lengths[0] <= 3 + 3 and lengths[1] <= 5 + 3
+    assert all(row[(row != 0).sum() - 1] == EOS_ID for row in ids[:, 0])
+    assert int(steps) <= 8
+
+
+def test_uncached_search_and_forced_length():
+    model = build_transformer(get_config("tiny"))
+    source = RNG.integers(4, 256, (2, 5)).astype("int32")
+    source[:, -1] = EOS_ID
+    translator = Translator(model, None, beam_size=3, extra_length=6)
+    cached_ids, cached_scores, _ = translator.search(source)
+    plain_ids, plain_scores, _ = translator.search(source, use_cache=False)
+    np.testing.assert_array_equal(np.asarray(cached_ids), np.asarray(plain_ids))
+    np.testing.assert_allclose(np.asarray(cached_scores), np.asarray(plain_scores), atol=1e-4)
+    forced, _, steps = translator.search(source, force_length=9)
+    forced = np.asarray(forced)
+    assert int(steps) == 9
+    assert (forced[:, :, 8] == EOS_ID).all() and (forced[:, :, :8] != EOS_ID).all()
+
+
+def test_min_and_max_output_length():
+    model = build_transformer(get_config("tiny"))
+    source = RNG.integers(4, 256, (3, 6)).astype("int32")
+    source[:, -1] = EOS_ID
+    source[0, 3:] = [EOS_ID, 0, 0]
+    fixed, fixed_scores, steps = Translator(model, None, beam_size=2, min_length=7, max_length=7).search(source)
+    forced, forced_scores, _ = Translator(model, None, beam_size=2).search(source, force_length=7)
+    np.testing.assert_array_equal(np.asarray(fixed), np.asarray(forced))
+    np.testing.assert_allclose(np.asarray(fixed_scores), np.asarray(forced_scores), rtol=1e-6)
+    assert int(steps) == 7
+    at_least, _, _ = Translator(model, None, beam_size=2, extra_length=20, min_length=12).search(source)
+    lengths = (np.asarray(at_least)[:, 0] != 0).sum(axis=1)
+    assert (lengths >= 12).all() and (lengths <= 6 + 20).all()
+    capped, _, steps = Translator(model, None, beam_size=2, extra_length=20, max_length=4).search(source)
+    assert int(steps) <= 4 and np.asarray(capped).shape[-1] <= 4
+    with pytest.raises(ValueError, match="max_length"):
+        Translator(model, None, max_length=0)
+
+
+def test_decode_step_compiles_with_xla():
+    """The cached step has fixed shapes, so it runs under jit_compile with the same results."""
+    model = build_transformer(get_config("tiny"))
+    decoding = IncrementalDecoder(model)
+    source = RNG.integers(4, 256, (2, 5)).astype("int32")
+    memory, memory_mask = model.encode(source, training=False)
+    constants = decoding.constants(memory)
+    caches = decoding.empty_cache(2, 12, memory.dtype)
+    step = tf.function(decoding.step, jit_compile=True)
+    eager_caches = caches
+    ids = np.full([2], BOS_ID, np.int32)
+    for position in range(10):  # into the second cache block
+        logits, caches = step(ids, caches, constants, memory_mask, tf.constant(position))
+        expected, eager_caches = decoding.step(ids, eager_caches, constants, memory_mask, position)
+        np.testing.assert_allclose(np.asarray(logits), np.asarray(expected), atol=1e-4)
+        ids = np.asarray(tf.argmax(logits, -1), np.int32)
+
+
+def test_frozen_translator_decodes_the_same_and_only_adds_untrained_variables():
+    """Kernels laid out once (as exported) give the search the same results as laid out per call."""
+    model = build_transformer(get_config("tiny"))
+    source = RNG.integers(4, 256, (3, 6)).astype("int32")
+    source[np.arange(3), [5, 3, 5]] = EOS_ID
+    translator = Translator(model, tokenizer=None, beam_size=2, extra_length=7)
+    frozen = translator.frozen()
+    ids, scores, _ = translator.search(source)
+    frozen_ids, frozen_scores, _ = tf.function(lambda x: frozen.search(x))(source)
+    np.testing.assert_array_equal(np.asarray(frozen_ids), np.asarray(ids))
+    np.testing.assert_allclose(np.asarray(frozen_scores), np.asarray(scores), atol=1e-5)
+    assert translator.frozen_weights is None
+    assert frozen.frozen_weights.variables and not frozen.frozen_weights.trainable_variables
+    assert len(model.weights) == len(translator.model.weights)  # nothing added to the model
+
+
+@pytest.mark.parametrize("streams", [2, 3])
+def test_streams_decode_the_same_as_one_search(streams):
+    """Parts of unequal output lengths, a batch that does not divide evenly: same n-best, scores and steps."""
+    model = build_transformer(get_config("tiny"))
+    source = RNG.integers(4, 256, (5, 9)).astype("int32")
+    lengths = [3, 5, 2, 9, 6]  # the longest input (and so the longest output limit) in the last part
+    for row, length in enumerate(lengths):
+        source[row, length - 1] = EOS_ID
+        source[row, length:] = 0
+    translator = Translator(model, tokenizer=None, beam_size=3, extra_length=6)
+    in_graph = tf.function(
+        lambda x: translator.search(x, streams=streams), input_signature=[tf.TensorSpec([None, None], tf.int32)]
+    )  # batch size unknown when traced, as in an export
+    for batch in (source, source[:1]):  # fewer sentences than streams: the last one fills the others
+        ids, scores, steps = translator.search(batch)
+        split_ids, split_scores, split_steps = in_graph(batch)
+        np.testing.assert_array_equal(np.asarray(split_ids), np.asarray(ids))
+        np.testing.assert_allclose(np.asarray(split_scores), np.asarray(scores), atol=1e-5)
+        assert int(split_steps) == int(steps)
+    with pytest.raises(ValueError, match="streams"):
+        Translator(model, tokenizer=None, streams=0)
+
+
+@pytest.mark.parametrize("beam_size", [2, 4])
+def test_cached_beam_search_equals_uncached(beam_size):
+    """Beams that reorder, share sentences and end at different steps: the cache changes nothing.
+
+    In a graph (as exported), called twice: the cache is updated in place, so a
+    buffer shared between layers or calls would show up here.
+    """
+    model = build_transformer(get_config("tiny"))
+    source = RNG.integers(4, 256, (3, 6)).astype("int32")
+    source[1, 4:] = 0
+    source[np.arange(3), [5, 3, 5]] = EOS_ID
+    translator = Translator(model, tokenizer=None, beam_size=beam_size, alpha=0.6, extra_length=7)
+    cached = tf.function(lambda x: translator.search(x)[:2])
+    full_ids, full_scores, _ = translator.search(source, use_cache=False)
+    for _ in range(2):
+        cached_ids, cached_scores = cached(source)
+        np.testing.assert_array_equal(np.asarray(cached_ids), np.asarray(full_ids))
+        np.testing.assert_allclose(np.asarray(cached_scores), np.asarray(full_scores), atol=1e-4)
+
+
+def test_first_step_once_per_sentence_equals_every_hypothesis():
+    """Step 0 on one row per sentence: the same logits, and after it the cache every hypothesis reads is the same."""
+    model = build_transformer(get_config("tiny"))
+    decoding = IncrementalDecoder(model)
+    batch, size = 2, 3
+    source = RNG.integers(4, 256, (batch, 6)).astype("int32")
+    source[1, 4:] = 0
+    memory, memory_mask = encode_tokens(model, source)
+    constants = decoding.constants(memory, memory_mask=memory_mask)
+    every = decoding.empty_cache(batch, 10, memory.dtype, beam_size=size)
+    once = decoding.empty_cache(batch, 10, memory.dtype, beam_size=size)
+    logits_every, every = decoding.step(np.full(batch * size, BOS_ID, "int32"), every, constants, memory_mask, 0)
+    logits_once, once = decoding.first_step(np.full(batch, BOS_ID, "int32"), once, constants, memory_mask)
+    np.testing.assert_allclose(np.asarray(logits_once), np.asarray(logits_every)[::size], atol=1e-5)
+    # Every hypothesis continues beam 0 (as after beam search's step 0), each with its own token.
+    from_first = np.zeros((batch, size), "int32")
+    every, once = (decoding.reorder_cache(cache, from_first) for cache in (every, once))
+    ids = RNG.integers(4, 256, batch * size).astype("int32")
+    for step in (1, 2):
+        logits_every, every = decoding.step(ids, every, constants, memory_mask, step)
+        logits_once, once = decoding.step(ids, once, constants, memory_mask, step)
+        np.testing.assert_allclose(np.asarray(logits_once), np.asarray(logits_every), atol=1e-5)
+
+
+def test_beam_search_first_step_fn_changes_nothing():
+    """A first step computed once per sentence gives the same hypotheses and scores as one per beam."""
+    vocab, batch, beam = 40, 3, 4
+    table = tf.constant(RNG.normal(size=(vocab, 12, vocab)).astype("float32"))  # logits by (last id, step)
+
+    def step_fn(ids, cache, step):
+        return tf.nn.log_softmax(tf.gather(table[:, step], ids), axis=-1), cache  # [rows, vocab]
+
+    def first_step_fn(ids, cache):
+        return step_fn(ids, cache, 0)
+
+    max_lengths = tf.constant([5, 9, 7])
+    plain = beam_search(step_fn, {}, batch, max_lengths, beam_size=beam, alpha=0.6, min_length=2)
+    once = beam_search(
+        step_fn, {}, batch, max_lengths, beam_size=beam, alpha=0.6, min_length=2, first_step_fn=first_step_fn
+    )
+    for a, b in zip(plain, once, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("n,k", [(8000, 8), (1280, 2), (4096, 16), (1031, 8)])
+def test_chunked_top_k_equals_top_k(n, k):
+    """Same values, indices and tie order as tf.math.top_k, ties and all-equal rows included."""
+    from tf_transformer.inference.beam_search import top_k_rows
+
+    x = RNG.integers(-20, 5, (3, 4, n)).astype("float32")  # many ties
+    x[0, 0] = 1.0  # one row all equal
+    x[1, 2, -3:] = 9.0  # the best at the very end
+    values, indices = top_k_rows(tf.constant(x), k)
+    expected_values, expected_indices = tf.math.top_k(tf.constant(x), k=k)
+    np.testing.assert_array_equal(np.asarray(values), np.asarray(expected_values))
+    np.testing.assert_array_equal(np.asarray(indices), np.asarray(expected_indices))
+
+
+@pytest.mark.parametrize("n,k", [(8000, 8), (1031, 8), (6, 8)])
+def test_chunked_top_k_of_sums_equals_top_k(n, k):
+    """With per-part offsets: the top-k of x + offsets flattened, ties (across parts too) and all."""
+    from tf_transformer.inference.beam_search import top_k_rows
+
+    x = RNG.integers(-20, 5, (3, 4, n)).astype("float32")  # many ties, within and across parts
+    x[0] = 1.0  # all equal
+    x[2, 3, -3:] = 9.0  # the best at the very end
+    offsets = np.array([[0.0, -1.0, 0.0, -0.5], [0.0, 0.0, 0.0, 0.0], [-0.25, -3.0, 0.0, -1.0]], "float32")
+    values, indices = top_k_rows(tf.constant(x), k, offsets=tf.constant(offsets))
+    expected_values, expected_indices = tf.math.top_k(tf.constant((x + offsets[:, :, None]).reshape(3, 4 * n)), k=k)
+    np.testing.assert_array_equal(np.asarray(values), np.asarray(expected_values))
+    np.testing.assert_array_equal(np.asarray(indices), np.asarray(expected_indices))
+
+
+@pytest.mark.parametrize("vocab", [6, 2048])  # top_k over the row, and the chunked top_k_rows
+def test_beam_search_ties_go_to_the_lower_beam_then_the_lower_token(vocab):
+    """Equal continuations are ranked by (beam, token), with and without the chunked top-k."""
+    row = np.full(vocab, 1e-6)
+    row[[4, 5]] = 0.3  # after any token: "a" and "b" tie, and so do all their continuations
+    log_probs = tf.constant(np.log(row / row.sum()), tf.float32)
+
+    def step_fn(ids, cache, step):
+        return tf.tile(log_probs[None], [tf.shape(ids)[0], 1]), cache  # [rows, vocab]
+
+    ids, scores, _ = beam_search(step_fn, {}, 1, tf.constant([3]), beam_size=2, alpha=0.0, min_length=3)
+    # Step 0 keeps a, b (lower token first); step 1's four equal continuations keep
+    # beam 0's two, "a a" before "a b"; step 2 must end.
+    np.testing.assert_array_equal(np.asarray(ids)[0], [[4, 4, EOS_ID], [4, 5, EOS_ID]])
+    assert float(scores[0, 0]) == float(scores[0, 1])
+
+
+@pytest.mark.parametrize("vocab", [8000, 12, 67])  # in place (width 4), in place (width 4 of 12), a select
+@pytest.mark.parametrize("eos_banned", [False, True])
+def test_ban_tokens_sets_pad_bos_and_eos_only(vocab, eos_banned):
+    """In place or as a select (vocabulary 67: no width divides it; under XLA), only the banned ids change."""
+    from tf_transformer.inference.beam_search import NEG_INF, ban_tokens
+
+    x = RNG.normal(size=(3, 4, vocab)).astype("float32")
+    expected = x.copy()
+    expected[:, :, [PAD_ID, BOS_ID] + ([EOS_ID] if eos_banned else [])] = NEG_INF
+    for run in (
+        lambda x: ban_tokens(tf.identity(x), tf.constant(eos_banned)),
+        tf.function(lambda x: ban_tokens(x + 0.0, tf.constant(eos_banned))),
+        tf.function(lambda x: ban_tokens(x + 0.0, tf.constant(eos_banned)), jit_compile=True),
+    ):
+        np.testing.assert_array_equal(np.asarray(run(tf.constant(x))), expected)
+
+
+def _reference_continuations(log_probs, live_log_probs, step, min_length, max_lengths):
+    """The selection as one vocabulary-wide additive bias, then a plain top-k: what top_continuations replaces."""
+    from tf_transformer.inference.beam_search import NEG_INF
+
+    batch, k, vocab = log_probs.shape
+    tokens = np.arange(vocab)
+    banned = (tokens == PAD_ID) | (tokens == BOS_ID) | ((tokens == EOS_ID) & (step + 1 < min_length))
+    bias = np.where(banned, NEG_INF, 0.0)[None, :].repeat(batch, 0)  # [batch, vocab]
+    must_end = (step + 1 >= max_lengths)[:, None]
+    bias = np.where(must_end, np.where(tokens == EOS_ID, 0.0, NEG_INF)[None, :], bias).astype("float32")
+    candidates = live_log_probs[:, :, None] + (log_probs + bias[:, None, :])
+    values, indices = tf.math.top_k(candidates.reshape(batch, k * vocab), k=2 * k)
+    return np.asarray(values), np.asarray(indices)
+
+
+@pytest.mark.parametrize("vocab", [8000, 67])
+@pytest.mark.parametrize("step", [0, 4, 9])
+def test_top_continuations_equal_a_vocabulary_wide_bias(vocab, step):
+    """Same picks, values and order as the bias formulation; banned picks (dead) only where it has them too."""
+    from tf_transformer.inference.beam_search import NEG_INF, top_continuations
+
+    batch, k = 6, 4
+    logits = RNG.normal(size=(batch, k, vocab)).astype("float32") * 3
+    logits[0, :, EOS_ID] = 8.0  # EOS the best where allowed
+    logits[1, :, 20:24] = 5.0  # ties across beams and tokens
+    log_probs = np.asarray(tf.nn.log_softmax(logits))
+    live = np.array([[0.0, -1.0, -1.0, -3.0]] * batch, "float32")
+    live[2, 1:] = NEG_INF  # one beam alive (as at step 0)
+    live[3, :] = np.array([0.0, -0.5, -0.5, -0.5], "float32")
+    max_lengths = np.array([10, 5, 10, 10, 5, 2], "int32")  # rows 1, 4 and 5 end at step 4, 1 or 9
+    for min_length in (0, 8, 12):  # 12 > max_length: a row at its maximum still ends
+        expected = _reference_continuations(log_probs, live, step, min_length, max_lengths)
+        got = top_continuations(tf.constant(log_probs), tf.constant(live), step, min_length, tf.constant(max_lengths))
+        got = [np.asarray(t) for t in got]
+        alive = expected[0] > NEG_INF / 2
+        np.testing.assert_array_equal(got[0][alive], expected[0][alive])
+        np.testing.assert_array_equal(got[1][alive], expected[1][alive])
+        assert (got[0][~alive] <= NEG_INF / 2).all()

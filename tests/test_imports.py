@@ -1,0 +1,139 @@
+"""The package's imports flow one way (docs/design/layout.md): no cycles, no import against the arrows."""
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGES = ("configs", "pipelines", "tf_transformer")
+
+# Lower ranks are imported by higher ones, never the reverse. Equal ranks may import each other
+# only where ALLOWED says so.
+RANKS = {
+    "configs": 0,
+    "tf_transformer": 0,  # the package's __init__: loads tf_transformer.model lazily
+    "tf_transformer.constants": 0,
+    "tf_transformer.cpu": 0,
+    "pipelines": 1,
+    "tf_transformer.masks": 1,
+    "tf_transformer.flops": 1,
+    "tf_transformer.layers": 2,
+    "tf_transformer.model": 3,
+    "tf_transformer.run_dir": 4,
+    "tf_transformer.evaluation": 4,
+    "tf_transformer.inference": 5,
+    "tf_transformer.training": 5,
+    "tf_transformer.cli": 6,
+}
+# The exceptions, each with the names it may take (None: the module as a whole). Training's one
+# door into inference is the package's documented names (dev BLEU by greedy search); the root
+# package re-exports the model, loaded on first use.
+ALLOWED = {
+    ("tf_transformer.training", "tf_transformer.inference"): {"greedy_search", "IncrementalDecoder"},
+    ("tf_transformer", "tf_transformer.model"): None,
+}
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, pathlib.Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            found[module_name(path)] = path
+    return found
+
+
+MODULES = modules()
+
+
+def imports(name: str) -> list[tuple[str, set[str]]]:
+    """``(module, names)`` imported anywhere in ``name`` (deferred imports too), resolved to project modules."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, set()) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            submodules = {alias.name for alias in node.names if f"{node.module}.{alias.name}" in MODULES}
+            found += [(f"{node.module}.{sub}", set()) for sub in submodules]
+            names = {alias.name for alias in node.names} - submodules
+            if names:
+                found.append((node.module, names))
+        elif isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_EXPORTS" for t in node.targets):
+            # A lazy package __init__: each exported name loads a submodule on first use.
+            found += [(f"{name}.{value.value}", set()) for value in node.value.values]
+    return [(target, names) for target, names in found if target in MODULES]
+
+
+def rank(name: str) -> tuple[int, str]:
+    """The rank of the longest prefix of ``name`` in RANKS, and that prefix."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:end])
+        if prefix in RANKS:
+            return RANKS[prefix], prefix
+    raise AssertionError(f"{name} has no rank: add it to RANKS and docs/design/layout.md")
+
+
+def test_every_module_is_ranked():
+    assert len(MODULES) > 40
+    for name in MODULES:
+        rank(name)
+
+
+def test_no_import_cycles():
+    graph = {name: {target for target, _ in imports(name)} for name in MODULES}
+    state = {}
+
+    def visit(node, path):
+        state[node] = "open"
+        for target in sorted(graph[node]):
+            if state.get(target) == "open":
+                cycle = path[path.index(target) :] + [target]
+                pytest.fail("import cycle: " + " → ".join(cycle))
+            if target not in state:
+                visit(target, path + [target])
+        state[node] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+
+
+def test_imports_flow_one_way():
+    wrong = []
+    for name in sorted(MODULES):
+        source_rank, source_group = rank(name)
+        for target, names in imports(name):
+            target_rank, target_group = rank(target)
+            if target_group == source_group or target_rank < source_rank:
+                continue
+            if (source_group, target) in ALLOWED:
+                allowed = ALLOWED[source_group, target]
+                if allowed is None or names <= allowed:
+                    continue
+            wrong.append(f"{name} imports {target} {sorted(names) or ''}")
+    assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
+
+
+def test_pipelines_use_only_the_constants_of_the_model_package():
+    for name in MODULES:
+        if name.startswith("pipelines"):
+            used = {target for target, _ in imports(name) if target.startswith("tf_transformer")}
+            assert used <= {"tf_transformer.constants"}, (name, used)
+
+
+def test_the_special_ids_are_defined_once():
+    definitions = [
+        name
+        for name, path in MODULES.items()
+        for node in ast.parse(path.read_text(encoding="utf-8")).body
+        if isinstance(node, ast.Assign)
+        and any(getattr(t, "id", None) in {"PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "MASK_VALUE"} for t in node.targets)
+    ]
+    assert definitions == ["tf_transformer.constants"] * 5

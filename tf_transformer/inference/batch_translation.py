@@ -1,0 +1,95 @@
+"""Translating lists of sentences with an export (SavedModel) or a training run's checkpoint."""
+
+from __future__ import annotations
+
+
+def translate_lines(
+    model_path: str, lines: list[str], batch_size: int = 64, progress=None, workers: int = 1
+) -> list[tuple[str, float]]:
+    """Translations and scores of ``lines`` (in order) with the SavedModel at ``model_path``.
+
+    ``workers``: batches decoded at once, each by its own call of the signature
+    (as TF Serving runs concurrent requests); see :func:`_translate_batches`.
+    """
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+    serving = tf.saved_model.load(model_path).signatures["serving_default"]
+
+    def translate(batch):
+        outputs = serving(inputs=tf.constant(batch))
+        texts, scores = outputs["translations"].numpy(), outputs["scores"].numpy()
+        return [(text.decode("utf-8"), float(score)) for text, score in zip(texts, scores, strict=True)]
+
+    return _translate_batches(lines, batch_size, translate, workers, progress)
+
+
+def _translate_batches(lines, batch_size, translate, workers, progress):
+    """``translate(batch of lines) → one result per line`` over ``lines`` batched by length; results in input order.
+
+    Lines are sorted by length so that a batch pads little. With ``workers`` > 1,
+    that many batches are translated at once on a thread pool (TensorFlow
+    releases the GIL while a graph runs). On a CPU, ``workers`` batches with an
+    intra-op pool of ``cores / workers`` threads can decode faster than one batch at a time
+    on all cores: a decoding step is hundreds of small ops, and each then runs
+    whole on one core instead of being split across the cores (docs/design/decoding.md).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    order = sorted(range(len(lines)), key=lambda i: len(lines[i]))
+    batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    results = [None] * len(lines)
+    done = 0
+    with ThreadPoolExecutor(workers) as pool:
+        run = map if workers == 1 else pool.map  # one worker: batch after batch on the calling thread
+        translated = run(lambda batch: translate([lines[i] for i in batch]), batches)
+        for batch, outputs in zip(batches, translated, strict=True):  # in the batches' order
+            for index, result in zip(batch, outputs, strict=True):
+                results[index] = result
+            done += len(batch)
+            if progress:
+                progress(done, len(lines))
+    return results
+
+
+def translate_with_checkpoint(
+    model_dir, lines, batch_size, beam_size, alpha, nbest, progress=None, checkpoint=None, streams=1, workers=1
+):
+    """n-best ``[(text, score), …]`` per line from a run's checkpoint, any beam size and α.
+
+    ``checkpoint`` is a checkpoint prefix; by default the averaged one when it exists, else the newest.
+    ``streams``: see :class:`~tf_transformer.inference.translator.Translator`;
+    ``workers``: see :func:`_translate_batches`.
+    """
+    import tensorflow as tf
+
+    from pipelines import Tokenizer
+    from tf_transformer.inference.translator import Translator
+    from tf_transformer.run_dir import default_checkpoint, restore_model, vocabulary_path
+
+    model, config = restore_model(model_dir, checkpoint or default_checkpoint(model_dir))
+    beam_size = beam_size or config.beam_size
+    if nbest > beam_size:
+        raise ValueError(f"--nbest {nbest} exceeds --beam_size {beam_size}")
+    translator = Translator(
+        model,
+        Tokenizer(vocabulary_path(model_dir)),
+        beam_size=beam_size,
+        alpha=config.length_penalty if alpha is None else alpha,
+        extra_length=config.extra_decode_length,
+        streams=streams,
+    )
+    run = tf.function(lambda texts: translator.translate(texts, nbest=nbest), reduce_retracing=True)
+
+    def translate(batch):
+        outputs = run(tf.constant(batch))
+        texts = outputs["translations"].numpy().reshape(len(batch), nbest)
+        scores = outputs["scores"].numpy().reshape(len(batch), nbest)
+        return [
+            [(t.decode("utf-8"), float(s)) for t, s in zip(texts[row], scores[row], strict=True)]
+            for row in range(len(batch))
+        ]
+
+    return _translate_batches(lines, batch_size, translate, workers, progress)

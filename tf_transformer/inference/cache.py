@@ -1,0 +1,174 @@
+"""The decoder's self-attention cache: fixed-shape blocks of positions, written in place.
+
+A search of ``batch`` sentences × ``size`` hypotheses keeps, per decoder layer,
+keys ``[blocks, batch, heads, CACHE_BLOCK * size, d_k]`` and values (``d_v``).
+Hypothesis ``k`` writes its key and value of position ``p`` into block
+``p // CACHE_BLOCK``, slot ``(p % CACHE_BLOCK) * size + k``, and never moves
+them: when beam search reorders hypotheses only ``history`` (which hypothesis
+wrote each position of a prefix) moves, and each hypothesis's attention mask
+picks its own prefix out of the slots. Reading the blocks written so far is a
+view of the first axis, so no step copies the prefix. docs/design/decoding.md
+says why each of these exists.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import tensorflow as tf
+from keras import ops
+
+from tf_transformer.inference.xla import in_xla
+
+# Positions per block of the cache.
+CACHE_BLOCK = 8
+
+
+def new_slots(shape, dtype):
+    """A zeroed cache tensor that :func:`write_slots` may update in place.
+
+    ``tf.raw_ops.Empty`` is stateful: every call is a fresh buffer of its own,
+    never a constant folded or shared with another layer's cache by graph
+    optimization (writing in place into a shared buffer would corrupt them).
+    """
+    if in_xla():
+        return ops.zeros(shape, dtype)
+    return tf.raw_ops.Empty(shape=ops.stack(shape), dtype=dtype, init=True)
+
+
+class CacheStep(NamedTuple):
+    """Where one decoding step writes and reads every layer's cache.
+
+    The layers' caches share their addressing: built once per step, so that no
+    layer repeats the shape arithmetic.
+    """
+
+    position: tf.Tensor  # int32 scalar: the position every hypothesis writes
+    write_rows: tf.Tensor | None  # int32[batch * heads]: rows of write_slots' flat view (None under XLA)
+    read_size: tf.Tensor | None  # int32[5]: tf.slice size of the blocks attention reads (None at position 0)
+    mask: tf.Tensor | None  # bool [batch, 1, size, blocks read * slots]: each hypothesis's own prefix
+
+
+def slot_rows(cache, position):
+    """The rows of :func:`write_slots`' flat view that ``position`` takes, one per sentence and head.
+
+    ``cache`` ``[blocks, batch, heads, CACHE_BLOCK * size, d]``: position ``p`` lives
+    in block ``p // CACHE_BLOCK``, at row ``p % CACHE_BLOCK`` of its ``(batch, head)``.
+    """
+    _, batch, heads, _, _ = ops.shape(cache)
+    return (
+        (position // CACHE_BLOCK) * (batch * heads * CACHE_BLOCK)
+        + ops.arange(batch * heads) * CACHE_BLOCK
+        + position % CACHE_BLOCK
+    )  # [batch * heads]
+
+
+def write_slots(cache, new, position, rows):
+    """``cache`` ``[blocks, batch, heads, block * size, d]`` with ``new`` ``[batch, heads, size, d]`` at ``position``.
+
+    Position ``p`` lives in block ``p // block``, slots ``(p % block) * size``
+    onwards. Viewed as rows of ``size * d`` (one per block, batch, head and
+    position in the block), the write is ``InplaceUpdate`` of ``batch * heads``
+    rows, ``rows`` (:func:`slot_rows` of ``position``; unused, and ``None``, under
+    XLA): it changes the buffer in place instead of copying the whole cache
+    every step, as ``ops.slice_update`` does outside XLA. The cache passed in
+    must come from :func:`new_slots` or an earlier write and must not be used
+    again: only the returned tensor is valid. Under XLA, which has no
+    ``InplaceUpdate`` kernel and updates loop buffers in place itself, this is
+    ``ops.slice_update``.
+    """
+    _, _, size, depth = ops.shape(new)
+    if in_xla():
+        block = ops.shape(cache)[3] // size
+        return ops.slice_update(cache, (position // block, 0, 0, (position % block) * size, 0), new[None])
+    width = size * depth  # a constant when the beam size and depth are
+    flat = tf.reshape(cache, [-1, width])  # [blocks * batch * heads * block, size * d]
+    flat = tf.raw_ops.InplaceUpdate(x=flat, i=rows, v=tf.reshape(new, [-1, width]))
+    return tf.reshape(flat, tf.shape(cache))
+
+
+def first_blocks(cache, size):
+    """The first blocks of ``cache`` ``[max_blocks, batch, heads, slots, d]``, without a copy.
+
+    ``size`` is ``[blocks, -1, -1, -1, -1]`` (:attr:`CacheStep.read_size`).
+    A slice of the first dimension only: TensorFlow's ``Slice`` kernel returns
+    a view of the same buffer, where slicing the positions of a
+    ``[batch, heads, positions, d]`` cache would copy the prefix at every step.
+    """
+    view = tf.slice(cache, [0, 0, 0, 0, 0], size)
+    view.set_shape([None, *cache.shape[1:]])  # only the number of blocks varies: keep the static dimensions
+    return view
+
+
+def hypotheses_per_sentence(cache):
+    """``size`` of a layer cache ``[blocks, batch, heads, CACHE_BLOCK * size, d]``: a Python int when static."""
+    return ops.shape(cache)[3] // CACHE_BLOCK
+
+
+def empty_cache(decoder, batch, max_length, dtype, beam_size=1):
+    """The cache of ``decoder`` (a :class:`~tf_transformer.layers.decoder.Decoder`) for ``batch`` sentences
+    × ``beam_size`` hypotheses.
+
+    ``max_length`` is rounded up to whole blocks. ``history`` ``int32[batch *
+    beam_size, blocks * block]``: for each hypothesis and position, which
+    hypothesis of its sentence wrote the key and value of that position of its
+    prefix. ``layers``: one ``{"key", "value"}`` per layer (see the module docstring).
+    """
+    blocks = (max_length + CACHE_BLOCK - 1) // CACHE_BLOCK
+    slots = CACHE_BLOCK * beam_size
+    return {
+        "history": ops.zeros((batch * beam_size, blocks * CACHE_BLOCK), "int32"),
+        "layers": [
+            {
+                "key": new_slots((blocks, batch, decoder.num_heads, slots, decoder.key_dim), dtype),
+                "value": new_slots((blocks, batch, decoder.num_heads, slots, decoder.value_dim), dtype),
+            }
+            for _ in decoder.decoder_layers
+        ],
+    }
+
+
+def reorder_cache(cache, beams):
+    """Hypothesis ``k`` of sentence ``b`` continues ``beams[b, k]`` (``int[batch, size]``).
+
+    Only the small ``history`` moves: keys and values stay in their slots, so
+    beam search copies no per-layer tensor.
+    """
+    groups, size = ops.shape(beams)[0], ops.shape(beams)[1]
+    rows = ops.reshape(ops.cast(beams, "int32") + ops.arange(groups)[:, None] * size, (-1,))  # [batch * size]
+    return {"history": ops.take(cache["history"], rows, axis=0), "layers": cache["layers"]}
+
+
+def write_history(history, size, step):
+    """``history`` ``[batch * size, max_len]`` with position ``step`` written by each hypothesis itself."""
+    own = (ops.arange(ops.shape(history)[0]) % size)[:, None]  # [batch * size, 1]
+    positions = ops.arange(ops.shape(history)[1])  # [max_len]
+    return ops.where(positions[None, :] == step, own, history)
+
+
+def cache_step(cache, position, read_size=None, mask=None) -> CacheStep:
+    """The :class:`CacheStep` of ``position`` for every layer: its write rows computed once."""
+    rows = None if in_xla() else slot_rows(cache["layers"][0]["key"], position)  # [batch * heads]
+    return CacheStep(position, rows, read_size, mask)
+
+
+def prefix_step(cache, history, step) -> CacheStep:
+    """The :class:`CacheStep` of ``step`` > 0, with each hypothesis's mask over the blocks it reads.
+
+    Hypothesis ``k`` sees the slot of position ``l`` written by hypothesis
+    ``k'`` when ``l <= step`` and its prefix's token ``l`` was written by
+    ``k'`` (``history``, already written at ``step``). Only the blocks holding
+    positions ``0..step`` are read; under XLA, which needs static shapes, all
+    are, with the unwritten positions masked.
+    """
+    size = hypotheses_per_sentence(cache["layers"][0]["key"])  # a Python int for a search's cache
+    max_len = ops.shape(history)[1]
+    positions = ops.arange(max_len)  # [max_len]
+    blocks = max_len // CACHE_BLOCK if in_xla() else step // CACHE_BLOCK + 1
+    seen = blocks * CACHE_BLOCK
+    visible = ops.logical_and(
+        history[:, :seen, None] == ops.arange(size)[None, None, :], (positions[:seen] <= step)[None, :, None]
+    )  # [batch * size, seen, size]
+    # Hypothesis-major rows, then position-major slots: the blocks' slots end to end.
+    mask = ops.reshape(visible, (-1, 1, size, seen * size))  # [batch, 1, size, blocks * slots]
+    return cache_step(cache, step, ops.stack([blocks, -1, -1, -1, -1]), mask)

@@ -1,0 +1,156 @@
+"""Eq. 1 for groups of hypotheses that share their keys (cached decoding, inference only).
+
+A search keeps ``size`` hypotheses (beams) per sentence. Their queries are
+grouped by sentence, and a group attends over keys it shares: the
+encoder-decoder keys of its sentence, stored transposed once per search
+(:func:`transposed_key_attention`), or the decoder's self-attention cache,
+stored in blocks of positions (:func:`blocked_attention`; the blocks are
+described in :mod:`tf_transformer.inference.cache`). The functions take a
+:class:`~tf_transformer.layers.attention.MultiHeadAttention` and use only its
+documented inference interface (``num_heads``, ``key_dim``, ``value_dim``,
+``key_dense``, ``value_dense``, ``split_heads``).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+from keras import ops
+
+from tf_transformer.constants import MASK_VALUE
+from tf_transformer.inference.kernels import project
+
+
+def blocked_attention(query, key, value, attention_mask):
+    """Eq. 1 over keys and values stored in blocks of positions.
+
+    ``query`` ``[groups, heads, size, d_k]``; ``key`` ``[blocks, groups, heads,
+    slots, d_k]`` and ``value`` ``[blocks, groups, heads, slots, d_v]``;
+    ``attention_mask`` boolean ``[groups, 1, size, blocks * slots]``, over the
+    blocks laid end to end. The scores are laid end to end the same way (a
+    transpose of ``size × blocks × slots`` scores per head, not of the keys)
+    for one float32 softmax across all blocks, as eq. 1 over the blocks'
+    concatenation, without concatenating the blocks (which would copy them).
+    Returns ``[groups, heads, size, d_v]``.
+    """
+    d_k = ops.shape(query)[-1]
+    blocks, _, heads, slots, _ = ops.shape(key)  # Python ints where static (a view of a cache: blocks is not)
+    query = query * ops.cast(1.0 / ops.sqrt(ops.cast(d_k, "float32")), query.dtype)
+    scores = tf.linalg.matmul(query[None], key, transpose_b=True)  # [blocks, groups, heads, size, slots]
+    scores = tf.transpose(ops.cast(scores, "float32"), (1, 2, 3, 0, 4))  # [groups, heads, size, blocks, slots]
+    size = ops.shape(query)[2]
+    scores = tf.reshape(scores, [-1, heads, size, blocks * slots])  # [groups, heads, size, blocks * slots]
+    weights = ops.softmax(ops.where(attention_mask, scores, MASK_VALUE), axis=-1)  # float32 softmax
+    weights = tf.reshape(
+        ops.cast(weights, value.dtype), [-1, heads, size, blocks, slots]
+    )  # [groups, heads, size, blocks, slots]
+    output = tf.linalg.matmul(tf.transpose(weights, (3, 0, 1, 2, 4)), value)  # [blocks, groups, heads, size, d_v]
+    # Summed in float32 (the casts are no-ops for float32), so that a bfloat16 output is
+    # rounded once, as a single product's would be.
+    return ops.cast(ops.sum(ops.cast(output, "float32"), axis=0), value.dtype)  # [groups, heads, size, d_v]
+
+
+def transposed_key_attention(query, key_t, value, attention_mask):
+    """Eq. 1 over keys stored transposed.
+
+    ``query`` ``[groups, heads, size, d_k]``; ``key_t`` ``[groups, heads, d_k,
+    k_len]``, as :func:`project_key_value` returns it; ``value`` ``[groups,
+    heads, k_len, d_v]``; ``attention_mask`` broadcastable to ``[groups, heads,
+    size, k_len]``. The encoder-decoder keys are the same at every step of a
+    search: transposed once, each step's Q Kᵀ is a plain product, which runs
+    faster than a product with a transposed operand for these few-row
+    matrices. Returns ``[groups, heads, size, d_v]``.
+    """
+    d_k = ops.shape(query)[-1]
+    query = query * ops.cast(1.0 / ops.sqrt(ops.cast(d_k, "float32")), query.dtype)
+    scores = ops.cast(tf.linalg.matmul(query, key_t), "float32")  # [groups, heads, size, k_len]
+    if attention_mask is not None:
+        scores = ops.where(attention_mask, scores, MASK_VALUE)  # float32 softmax, as eq. 1
+    weights = ops.cast(ops.softmax(scores, axis=-1), value.dtype)  # [groups, heads, size, k_len]
+    return tf.linalg.matmul(weights, value)  # [groups, heads, size, d_v]
+
+
+def project_key_value(attention, memory, tokens=None):
+    """Keys and values of ``memory`` ``[batch, len, d]`` split into heads, once per search.
+
+    Returns ``(keys [batch, heads, d_k, len], values [batch, heads, len, d_v])``:
+    the keys transposed, as :func:`transposed_key_attention` takes them. With
+    ``tokens`` (a :class:`~tf_transformer.inference.packing.TokenPacking` of
+    the memory's real positions) only those rows are projected; padded
+    positions, which attention masks, get zeros.
+    """
+    if tokens is None:
+        key, value = attention.key_dense(memory), attention.value_dense(memory)  # [batch, len, h·d]
+    else:
+        rows = tokens.take(memory)  # [n, d_model]
+        key = tokens.pad(attention.key_dense(rows))  # [batch, len, h·d_k]
+        value = tokens.pad(attention.value_dense(rows))  # [batch, len, h·d_v]
+    key = ops.transpose(attention.split_heads(key, attention.key_dim), (0, 1, 3, 2))  # [batch, heads, d_k, len]
+    return key, attention.split_heads(value, attention.value_dim)  # value: [batch, heads, len, d_v]
+
+
+def group_heads(attention, x, size, depth):
+    """``[groups * size, heads * depth]`` rows → ``[groups, heads, size, depth]``.
+
+    ``size`` is the rows per group; a Python int (the beam size of a search)
+    keeps the reshape's shape a constant, not ops of every step.
+    """
+    x = ops.reshape(x, (-1, size, attention.num_heads, depth))  # [groups, size, heads, depth]
+    return ops.transpose(x, (0, 2, 1, 3))  # [groups, heads, size, depth]
+
+
+def ungroup_heads(attention, x):
+    """``[groups, heads, size, d_v]`` → ``[groups * size, heads * d_v]`` rows."""
+    x = ops.transpose(x, (0, 2, 1, 3))  # [groups, size, heads, d_v]
+    return ops.reshape(x, (-1, attention.num_heads * attention.value_dim))  # [groups * size, heads * d_v]
+
+
+def split_query_key_value(attention, projected, size):
+    """Rows projected by the fused self-attention kernel → query, key and value heads.
+
+    ``projected`` is ``[groups * size, h·d_k + h·d_k + h·d_v]`` (see
+    :func:`~tf_transformer.inference.kernels.attention_kernels`), ``size`` rows
+    per group; returns three ``[groups, heads, size, d]``. When ``d_k == d_v``
+    one transpose moves all three and slicing its first axis shares the
+    buffer; otherwise each is split and moved.
+    """
+    heads, key_dim, value_dim = attention.num_heads, attention.key_dim, attention.value_dim
+    if key_dim == value_dim:
+        x = ops.reshape(projected, (-1, size, 3, heads, key_dim))  # [groups, size, 3, heads, d]
+        x = ops.transpose(x, (2, 0, 3, 1, 4))  # [3, groups, heads, size, d]
+        return [x[0], x[1], x[2]]  # slices of the first axis: views (when aligned), not copies
+    query, key, value = tf.split(
+        projected, [heads * key_dim] * 2 + [heads * value_dim], axis=-1
+    )  # [groups * size, h·d]
+    return [
+        group_heads(attention, x, size, depth)
+        for x, depth in zip((query, key, value), (key_dim, key_dim, value_dim), strict=True)
+    ]
+
+
+def attend(attention, query_heads, key_heads, value_heads, kernels, attention_mask=None):
+    """Queries of groups of hypotheses over keys each group shares; W^O applied.
+
+    ``query_heads`` ``[groups, heads, size, d_k]`` (projected with
+    ``kernels["input"]``, see :func:`group_heads`); keys and values, never
+    copied per hypothesis, either transposed memory keys ``[groups, heads,
+    d_k, k_len]`` with values ``[groups, heads, k_len, d_v]`` (mask
+    broadcastable to ``[groups, heads, size, k_len]``), or a cache in blocks
+    ``[blocks, groups, heads, slots, d]`` (mask ``[groups, 1, size, blocks *
+    slots]``). Returns ``[groups * size, output_dim]``.
+    """
+    if len(key_heads.shape) == 5:
+        heads = blocked_attention(query_heads, key_heads, value_heads, attention_mask)
+    else:
+        heads = transposed_key_attention(query_heads, key_heads, value_heads, attention_mask)
+    return project(ungroup_heads(attention, heads), kernels["output"])  # [groups * size, output_dim]
+
+
+def attend_to_itself(attention, value_heads, kernels):
+    """Attention of each query over its own key and value alone; W^O applied.
+
+    With a single key, eq. 1's softmax gives it weight 1, so each head's output
+    is its value: the first decoding step, where position 0 sees only itself.
+    ``value_heads`` ``[groups, heads, size, d_v]``; returns ``[groups * size,
+    output_dim]``, as :func:`attend` would.
+    """
+    return project(ungroup_heads(attention, value_heads), kernels["output"])  # [groups * size, output_dim]

@@ -1,0 +1,93 @@
+"""Dense kernels laid out for incremental decoding: cast, fused and laid out once per search.
+
+Each decoder step multiplies one row per hypothesis (batch × beam rows) by
+every kernel of the decoder. Which layout of a kernel multiplies fastest
+depends on the product and the CPU, so each layer picks its own: the attention
+projections stay in Keras's ``[in, units]`` layout; the position-wise
+feed-forward kernels are stored transposed (``[units, in]``, multiplied with
+``transpose_b``) except in float32 on CPUs with AVX-512
+(:func:`feed_forward_transposed`). The self-attention's query, key and value
+projections run as one product of triple width. docs/design/decoding.md gives
+the measurements behind each choice. These are copies for inference, never
+trained.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from tf_transformer.cpu import cpu_info
+
+
+def feed_forward_transposed(dtype="float32") -> bool:
+    """Whether decoding stores the ``dtype`` feed-forward kernels transposed (see the module docstring).
+
+    ``[in, units]`` only for float32 on CPUs with AVX-512; elsewhere, and where
+    the CPU's flags cannot be read, transposed. An export keeps the layout of
+    the machine that traced it, so export on the kind of CPU that will serve
+    it. Either layout gives the same products up to float rounding (oneDNN
+    sums in another order).
+    """
+    return keras.backend.standardize_dtype(dtype) != "float32" or "avx512f" not in cpu_info()[1]
+
+
+def decoding_kernel(denses: list[keras.layers.Dense], dtype, transpose: bool) -> dict:
+    """The kernels of ``denses`` side by side in ``dtype``, with their biases, for :func:`project`.
+
+    ``{"kernel": [in, Σ units]}``, or with ``transpose`` ``{"kernel_t": [Σ
+    units, in]}``, plus ``"bias"`` ``[Σ units]`` when the layers have biases.
+    ``denses`` share their input and all have biases or none; activations
+    are applied by the caller.
+    """
+    kernel = ops.concatenate([ops.cast(dense.kernel, dtype) for dense in denses], axis=-1)  # [in, Σ units]
+    weights = {"kernel_t": ops.transpose(kernel)} if transpose else {"kernel": kernel}
+    if denses[0].use_bias:
+        weights["bias"] = ops.concatenate([ops.cast(dense.bias, dtype) for dense in denses], axis=-1)  # [Σ units]
+    return weights
+
+
+def project(rows, weights: dict):
+    """``rows`` ``[n, in]`` times the kernel of :func:`decoding_kernel`, plus its bias: ``[n, Σ units]``."""
+    if "kernel_t" in weights:
+        output = tf.linalg.matmul(rows, weights["kernel_t"], transpose_b=True)  # [n, Σ units]
+    else:
+        output = tf.linalg.matmul(rows, weights["kernel"])  # [n, Σ units]
+    if "bias" in weights:
+        output = output + weights["bias"]  # [n, Σ units]
+    return output
+
+
+def attention_kernels(attention, self_attention: bool) -> dict:
+    """A :class:`~tf_transformer.layers.attention.MultiHeadAttention`'s kernels laid out for decoding.
+
+    ``input`` projects a hypothesis's row to its query, and for self-attention
+    to its query, key and value in one product (``[h·d_k | h·d_k | h·d_v]``
+    wide); ``output`` is W^O. Both in Keras's ``[in, units]`` layout.
+    """
+    inputs = (
+        [attention.query_dense, attention.key_dense, attention.value_dense]
+        if self_attention
+        else [attention.query_dense]
+    )
+    return {
+        "input": decoding_kernel(inputs, attention.compute_dtype, transpose=False),
+        "output": decoding_kernel([attention.output_dense], attention.compute_dtype, transpose=False),
+    }
+
+
+def feed_forward_kernels(feed_forward) -> dict:
+    """W1, b1, W2, b2 of a :class:`~tf_transformer.layers.feed_forward.PositionwiseFeedForward` for
+    :func:`feed_forward_rows`, transposed or not as :func:`feed_forward_transposed` says."""
+    transpose = feed_forward_transposed(feed_forward.compute_dtype)
+    return {
+        "inner": decoding_kernel([feed_forward.inner], feed_forward.compute_dtype, transpose=transpose),
+        "outer": decoding_kernel([feed_forward.outer], feed_forward.compute_dtype, transpose=transpose),
+    }
+
+
+def feed_forward_rows(feed_forward, rows, weights: dict):
+    """Eq. 2 on ``rows`` ``[n, d_model]`` with :func:`feed_forward_kernels` (inference: no dropout)."""
+    hidden = feed_forward.inner.activation(project(rows, weights["inner"]))  # [n, d_ff]
+    return project(hidden, weights["outer"])  # [n, output_dim]

@@ -1,0 +1,57 @@
+"""Checkpoint averaging (section 6.1: "averaging the last 5 checkpoints" for base, 20 for big)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+
+from tf_transformer.run_dir import checkpoint_dir, restore_model
+
+
+def last_checkpoints(model_dir: str, last: int) -> list[str]:
+    """The newest ``last`` checkpoints of ``model_dir``, oldest first."""
+    directory = checkpoint_dir(model_dir)
+    state = tf.train.get_checkpoint_state(directory)
+    paths = list(state.all_model_checkpoint_paths) if state else []
+    if not paths:
+        raise FileNotFoundError(f"No checkpoints in {directory}")
+    if last > len(paths):
+        raise ValueError(f"--last {last} but {directory} keeps only {len(paths)} checkpoint(s)")
+    return paths[-last:]
+
+
+def average_checkpoints(model_dir: str, last: int = 5, output: str | None = None) -> str:
+    """Writes a checkpoint whose model weights are the element-wise mean of the last ``last``.
+
+    The mean is accumulated in float64 and cast back to each weight's dtype.
+    The result goes to ``output`` (default ``model_dir/averaged``), written to
+    a temporary directory and renamed into place. Returns the checkpoint prefix.
+    """
+    paths = last_checkpoints(model_dir, last)
+    model, _ = restore_model(model_dir, paths[0])
+    sums = [np.zeros(w.shape, np.float64) for w in model.weights]
+    for path in paths:
+        tf.train.Checkpoint(model=model).restore(path).expect_partial()
+        for total, weight in zip(sums, model.weights, strict=True):
+            total += np.asarray(weight, np.float64)
+    for total, weight in zip(sums, model.weights, strict=True):
+        weight.assign((total / len(paths)).astype(weight.dtype))
+    output = output or os.path.join(model_dir, "averaged")
+    parent = os.path.dirname(os.path.abspath(output))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(dir=parent, prefix=".averaging-")
+    try:
+        tf.train.Checkpoint(model=model).write(os.path.join(staging, "ckpt"))
+        with open(os.path.join(staging, "SOURCES"), "w") as handle:
+            handle.write("\n".join(paths) + "\n")
+        if os.path.exists(output):
+            shutil.rmtree(output)
+        os.replace(staging, output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return os.path.join(output, "ckpt")
