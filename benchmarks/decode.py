@@ -1,8 +1,8 @@
 """Decoding speed benchmark (not a test): beam 4, batch 32, newstest2013 sources.
 
-    python benchmarks/decode.py --data ../shared/data/newstest/newstest2013.en --config small --config base
+    python -m benchmarks.decode --data ../shared/data/newstest/newstest2013.en --config small --config base
 
-Untrained weights, so every system does the same work: EOS is forbidden until a
+Untrained weights, so every run does the same work: EOS is forbidden until a
 fixed output length (``--output_tokens``). Sources are the first ``--sentences``
 lines, tokenized with a SentencePiece model trained on them. Reports sentences/s
 and target tokens/s for cached decoding, and for re-running the decoder over the
@@ -13,21 +13,17 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as tf_transformer does: set before TensorFlow loads
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from absl import app, flags  # noqa: E402
-
-import pipelines  # noqa: E402
-from benchmarks.common import machine, source_batches, timed  # noqa: E402
-from configs import get_config  # noqa: E402
-from tf_transformer import build_transformer  # noqa: E402
-from tf_transformer.translator import Translator  # noqa: E402
+import pipelines
+from benchmarks.common import machine, source_batches, timed
+from configs import get_config
+from tf_transformer import build_transformer
+from tf_transformer.inference.translator import Translator
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data", "../shared/data/newstest/newstest2013.en", "Source sentences, one per line.")

@@ -5,7 +5,7 @@
 #
 #   benchmarks/multi30k.sh            # EN→DE
 #   benchmarks/multi30k.sh de en      # DE→EN
-#   benchmarks/multi30k.sh en de --minutes 10 --model_dir /tmp/try   # extra flags go to quality.py
+#   benchmarks/multi30k.sh en de --minutes 10 --model_dir /tmp/try   # extra flags go to benchmarks.quality
 #
 # Same recipe on Tatoeba: DATA=../shared/data/tatoeba_en_de DEV=dev TEST=test KEY=test benchmarks/multi30k.sh
 set -euo pipefail
@@ -20,6 +20,6 @@ if [ ! -d "$DATA" ]; then
 fi
 make -s .venv/.installed
 export TF_CPP_MIN_LOG_LEVEL=2
-exec .venv/bin/python benchmarks/quality.py --data "$DATA" --src "$SRC" --tgt "$TGT" \
+exec .venv/bin/python -m benchmarks.quality --data "$DATA" --src "$SRC" --tgt "$TGT" \
   --dev "${DEV:-val}" --test "${TEST:-test_2016_flickr}" --key "${KEY:-test2016}" \
   --config small --minutes 40 "$@"

@@ -1,6 +1,6 @@
 """Input pipeline benchmark (not a test): padding, shapes, budget and throughput.
 
-    python benchmarks/pipeline.py --data ../shared/data/multi30k --src en --tgt de --tokens 25000
+    python -m benchmarks.pipeline --data ../shared/data/multi30k --src en --tgt de --tokens 25000
 
 Trains a shared SentencePiece vocabulary on the training split, builds the
 token-budget pipeline from text (tokenizing and writing the cache), then reads it
@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import tensorflow as tf
+from absl import app, flags, logging
 
-import tensorflow as tf  # noqa: E402
-from absl import app, flags, logging  # noqa: E402
-
-from benchmarks.common import machine  # noqa: E402
-from pipelines import Tokenizer, find_split, train_sentencepiece, training_dataset  # noqa: E402
+from benchmarks.common import machine
+from pipelines import Tokenizer, find_split, train_sentencepiece, training_dataset
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data", None, "Corpus directory holding {split}.{src} and {split}.{tgt}.", required=True)

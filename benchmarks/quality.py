@@ -1,7 +1,8 @@
 """Translation quality in a fixed CPU time budget (a benchmark, not a test).
 
-    python benchmarks/quality.py --data ../shared/data/multi30k --src en --tgt de \
+    python -m benchmarks.quality --data ../shared/data/multi30k --src en --tgt de \
         --test test_2016_flickr --key test2016 --minutes 40
+    benchmarks/multi30k.sh en de      # the same run, the way docs/benchmarks.md reports it
 
 Trains a preset (the recipe: ``--config``, ``--set``, ``--tokens``,
 ``--vocab_size``) for at most ``--minutes`` of wall-clock time, then picks on
@@ -17,13 +18,9 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as tf_transformer does: set before TensorFlow loads
-
-from absl import app, flags, logging  # noqa: E402
+from absl import app, flags, logging
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data", "../shared/data/multi30k", "Corpus directory ({split}.{src} / {split}.{tgt}).")
@@ -55,11 +52,12 @@ def main(argv):
 
     from benchmarks.common import machine
     from configs import get_config, parse_overrides
-    from tf_transformer.averaging import average_checkpoints, last_checkpoints
     from tf_transformer.evaluation import score
-    from tf_transformer.export import export_run
+    from tf_transformer.inference.batch_translation import translate_lines, translate_with_checkpoint
+    from tf_transformer.inference.export import export_run
+    from tf_transformer.run_dir import checkpoint_dir
+    from tf_transformer.training.averaging import average_checkpoints, last_checkpoints
     from tf_transformer.training.trainer import RunOptions, train
-    from tf_transformer.translation import translate_lines, translate_with_checkpoint
 
     logging.set_verbosity(logging.WARNING)
     corpus = os.path.basename(os.path.normpath(FLAGS.data))
@@ -99,7 +97,7 @@ def main(argv):
 
     dev_src = _read(os.path.join(FLAGS.data, f"{FLAGS.dev}.{FLAGS.src}"))
     dev_ref = _read(os.path.join(FLAGS.data, f"{FLAGS.dev}.{FLAGS.tgt}"))
-    available = len(tf.train.get_checkpoint_state(os.path.join(model_dir, "checkpoints")).all_model_checkpoint_paths)
+    available = len(tf.train.get_checkpoint_state(checkpoint_dir(model_dir)).all_model_checkpoint_paths)
     dev_scores = {}
     for last in sorted({min(int(n), available) for n in FLAGS.average}):
         checkpoint = (

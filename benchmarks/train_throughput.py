@@ -1,7 +1,7 @@
 """Training throughput benchmark (not a test): tokens/s, step time, FLOPs and MFU.
 
-    python benchmarks/train_throughput.py --config small
-    python benchmarks/train_throughput.py --config tiny --config small --config base
+    python -m benchmarks.train_throughput --config small
+    python -m benchmarks.train_throughput --config tiny --config small --config base
 
 For each config, precision (float32, mixed_bfloat16) and XLA (off, on) it times
 optimizer steps of our compiled model (the paper's loss and optimizer) on
@@ -12,23 +12,18 @@ same run (a large float32 and bfloat16 matmul). The last line is one JSON object
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as tf_transformer does: set before TensorFlow loads
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from absl import app, flags  # noqa: E402
-
-from benchmarks.common import StepTimer, machine, matmul_peak  # noqa: E402
-from configs import get_config  # noqa: E402
-from tf_transformer import build_transformer  # noqa: E402
-from tf_transformer.flops import training_flops  # noqa: E402
-from tf_transformer.training.trainer import compile_model  # noqa: E402
+from benchmarks.common import StepTimer, machine, matmul_peak
+from configs import get_config
+from tf_transformer import build_transformer
+from tf_transformer.flops import training_flops
+from tf_transformer.training.trainer import compile_model
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("config", ["small"], "Preset(s) to measure.")

@@ -1,11 +1,11 @@
 """Where a decoding step's CPU time goes, ours against CTranslate2 (a tool, not a test).
 
     pip install -e '.[bench]'     # ctranslate2, transformers, torch (CPU), tokenizers
-    python benchmarks/step_breakdown.py --size small        # needs Linux perf
+    python -m benchmarks.profiling.step_breakdown --size small        # needs Linux perf
 
 TensorBoard's profiler charges the time of small ops to their neighbours
 (docs/benchmarks.md), so this measures two other ways. Each runs on a child process
-that decodes the workload of ``peers.py`` (its flags: ``--batch`` sentences of
+that decodes the workload of ``benchmarks.peers`` (its flags: ``--batch`` sentences of
 newstest2013, split into ``--streams`` parts, beam ``--beam``, every output forced to
 ``--output_tokens`` tokens, random weights) for ``--seconds``:
 
@@ -32,17 +32,16 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as tf_transformer does: set before TensorFlow loads
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from absl import app, flags  # noqa: E402
-
-from benchmarks import peers  # noqa: E402  (its workload flags: --size, --batch, --streams, --threads, ...)
-from benchmarks.common import machine  # noqa: E402
+from benchmarks import peers
+from benchmarks.common import machine
+from benchmarks.peers import workload  # the workload's flags: --size, --batch, --streams, --threads, ...
 
 FLAGS = flags.FLAGS
+flags.adopt_module_key_flags(workload)  # --help lists them too
 flags.DEFINE_integer("seconds", 20, "Seconds each child decodes (and perf samples) after its warm-up.", lower_bound=2)
 flags.DEFINE_integer("perf_frequency", 999, "perf samples per second.", lower_bound=1)
 flags.DEFINE_integer("top", 15, "Rows of each table.", lower_bound=1)
@@ -60,12 +59,8 @@ _ALLOCATION = {"malloc", "free", "cfree", "_int_malloc", "_int_free", "unlink_ch
 def run_child() -> None:
     with np.load(FLAGS.child_batches) as data:
         batches = [data[str(i)] for i in range(len(data.files))]
-    if FLAGS.child_system == "ours":
-        peers.set_threads()
-        run = peers.ours_runner(FLAGS.child_model, batches)
-    else:
-        ct2_run = peers.ct2_decoder(FLAGS.child_model, peers.ct2_vocabulary(), "float32", batches, FLAGS.streams)
-        run = lambda i: ct2_run([i])  # noqa: E731  one batch (in --streams parts)
+    workload.set_threads()
+    run = peers.saved_decoder(FLAGS.child_system).load_decoder(FLAGS.child_model, batches)  # one batch, --streams parts
     run(0)  # tracing, kernel creation
     print(READY, flush=True)
     done, sentences, start = 0, 0, time.perf_counter()
@@ -82,8 +77,9 @@ def run_child() -> None:
 
 
 def _start_child(system: str, model: str, batches_file: str, flagfile: str, env: dict) -> subprocess.Popen:
-    command = [sys.executable, os.path.abspath(__file__), f"--flagfile={flagfile}", f"--child_system={system}"]
-    command += [f"--child_model={model}", f"--child_batches={batches_file}"]
+    # This module again, found as the parent found it (the working directory or PYTHONPATH, inherited).
+    command = [sys.executable, "-m", "benchmarks.profiling.step_breakdown", f"--flagfile={flagfile}"]
+    command += [f"--child_system={system}", f"--child_model={model}", f"--child_batches={batches_file}"]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env={**os.environ, **env})
     for line in child.stdout:
         if line.startswith(READY):
@@ -232,7 +228,7 @@ def main(argv):
         return
     if len(FLAGS.size) != 1:
         raise app.UsageError("give one --size")
-    unknown = set(FLAGS.systems) - {"ours", "ct2"}
+    unknown = set(FLAGS.systems) - set(peers.SAVED_DECODERS)
     if unknown:
         raise app.UsageError(f"--systems: only ours and ct2 can be broken down, not {sorted(unknown)}")
     if not shutil.which("perf"):
@@ -246,25 +242,25 @@ def main(argv):
     size = FLAGS.size[0]
     results = {}
     with tempfile.TemporaryDirectory() as work:
-        batches, tokenizer_path = peers.decoding_batches(work)
+        decoding = workload.decoding_workload(work)
         batches_file = os.path.join(work, "batches.npz")
-        np.savez(batches_file, **{str(i): batch for i, batch in enumerate(batches)})
+        np.savez(batches_file, **{str(i): batch for i, batch in enumerate(decoding.batches)})
         flagfile = os.path.join(work, "flags.txt")
         FLAGS.append_flags_into_file(flagfile)
-        models = {}
-        if "ours" in FLAGS.systems:
-            models["ours"] = peers.ours_export(size, "float32", tokenizer_path, work)
-        if "ct2" in FLAGS.systems:
-            models["ct2"], _ = peers.ct2_models(peers.marian(size), os.path.join(work, "ct2"))
+        models = {
+            system: peers.saved_decoder(system).save_decoder(size, decoding)
+            for system in peers.SAVED_DECODERS
+            if system in FLAGS.systems
+        }
         for system, model in models.items():
             results[system] = measure(system, model, batches_file, flagfile, work)
             _print_table(system, results[system])
-    workload = ("size", "batch", "beam", "output_tokens", "streams", "threads", "seconds")
+    settings = ("size", "batch", "beam", "output_tokens", "streams", "threads", "seconds")
     print(
         json.dumps(
             {
                 "benchmark": "step_breakdown",
-                **{key: FLAGS[key].value for key in workload},
+                **{key: FLAGS[key].value for key in settings},
                 "systems": results,
                 "machine": machine(),
                 "tensorflow": tf.__version__,

@@ -1,15 +1,16 @@
 """Where the time goes: a TensorBoard profile of decoding or training (a tool, not a test).
 
-    python benchmarks/profile_ops.py --mode decode --config base --logdir runs/profile/decode_base
-    python benchmarks/profile_ops.py --mode train --config base --precision mixed_bfloat16 --logdir runs/profile/train
+    python -m benchmarks.profiling.profile_ops --mode decode --config base --logdir runs/profile/decode_base
+    python -m benchmarks.profiling.profile_ops --mode train --config base --precision mixed_bfloat16 \
+        --logdir runs/profile/train
     tensorboard --logdir runs/profile/decode_base     # Profile tab (pip install tensorboard-plugin-profile)
 
 ``decode``: ``--batches`` batches of newstest2013 through cached beam search (beam 4,
 batch 32, output forced to ``--output_tokens`` tokens, untrained weights).
 ``train``: ``fit`` steps on one fixed batch (``--train_batch`` × ``--src_len`` /
-``--tgt_len`` tokens, as benchmarks/peers.py). Runs under the TensorFlow profiler and
-prints the op types that took the most self time (summed over threads, so shares are
-of op time, not of wall clock), then one JSON line with the speed measured outside
+``--tgt_len`` tokens, as in ``benchmarks.peers``). Runs under the TensorFlow profiler
+and prints the op types that took the most self time (summed over threads, so shares
+are of op time, not of wall clock), then one JSON line with the speed measured outside
 the profiler.
 """
 
@@ -20,25 +21,21 @@ import glob
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as tf_transformer does: set before TensorFlow loads
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
+from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from absl import app, flags  # noqa: E402
-from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402
-
-import pipelines  # noqa: E402
-from benchmarks.common import StepTimer, source_batches, timed  # noqa: E402
-from configs import get_config  # noqa: E402
-from tf_transformer import build_transformer  # noqa: E402
-from tf_transformer.training.trainer import compile_model  # noqa: E402
-from tf_transformer.translator import Translator  # noqa: E402
+import pipelines
+from benchmarks.common import StepTimer, source_batches, timed
+from configs import get_config
+from tf_transformer import build_transformer
+from tf_transformer.inference.translator import Translator
+from tf_transformer.training.trainer import compile_model
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("mode", "decode", ["decode", "train"], "What to profile.")

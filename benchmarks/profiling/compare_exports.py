@@ -1,10 +1,10 @@
 """Decoding speed of several exports side by side (a tool, not a test): is a change faster, and the same?
 
     # the same weights exported by two commits (tft-export with --min_length = --max_length = 40)
-    python benchmarks/compare_exports.py --export saved_models/before/1 --export saved_models/after/1
+    python -m benchmarks.profiling.compare_exports --export saved_models/before/1 --export saved_models/after/1
 
-This machine's speed drifts by ±20 % over minutes, more than most changes to
-the decoder are worth, so timing one export after another decides nothing.
+A shared machine's speed drifts over minutes, often by more than a change to
+the decoder is worth, so timing one export after another decides nothing.
 Here every export is loaded into one process and the batches of newstest2013
 go through them interleaved: batch ``i`` through every export in turn, the
 order rotating from batch to batch and round to round. Each export's
@@ -19,18 +19,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as tf_transformer does: set before TensorFlow loads
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from absl import app, flags  # noqa: E402
-
-import pipelines  # noqa: E402
-from benchmarks.common import machine, rotated, source_batches  # noqa: E402
+import pipelines
+from benchmarks.common import machine, rotated, source_batches
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("export", None, "SavedModel directories (tft-export output); the first is the reference.")
