@@ -15,6 +15,7 @@ RANKS = {
     "tf_transformer": 0,  # the package's __init__: loads tf_transformer.model lazily
     "tf_transformer.constants": 0,
     "tf_transformer.cpu": 0,
+    "tf_transformer.atomic": 0,
     "pipelines": 1,
     "tf_transformer.masks": 1,
     "tf_transformer.flops": 1,

@@ -20,6 +20,10 @@ import pipelines
 from configs import TransformerConfig
 from tf_transformer.model import build_transformer
 
+# What reading a truncated or garbled checkpoint raises (TensorFlow checks each tensor's CRC32C;
+# its checkpoint reader turns a file that ends too early into an IndexError).
+DAMAGED = (IndexError, tf.errors.OpError)
+
 CONFIG_FILE = "config.json"
 VOCABULARY_FILE = "sp.model"
 CHECKPOINTS = "checkpoints"
@@ -70,25 +74,83 @@ def make_vocabulary(
 
 
 def default_checkpoint(model_dir: str) -> str:
-    """The averaged checkpoint when ``tft-average`` wrote one, else the newest."""
+    """The checkpoint commands load when none is named: the averaged one if it is current, else the newest.
+
+    ``tft-average`` writes ``averaged/ckpt`` and the checkpoints it averaged in
+    ``averaged/SOURCES``. Once training has gone on, that average holds older
+    weights than the newest checkpoint: it is then passed over with a warning.
+    """
+    latest = tf.train.latest_checkpoint(checkpoint_dir(model_dir))
     averaged = os.path.join(model_dir, AVERAGED, "ckpt")
     if tf.io.gfile.exists(averaged + ".index"):
-        return averaged
-    latest = tf.train.latest_checkpoint(checkpoint_dir(model_dir))
+        sources = os.path.join(model_dir, AVERAGED, "SOURCES")
+        names = []
+        if tf.io.gfile.exists(sources):
+            with tf.io.gfile.GFile(sources) as handle:
+                names = [os.path.basename(line.strip()) for line in handle if line.strip()]
+        if latest is None or (names and names[-1] == os.path.basename(latest)):
+            return averaged
+        logging.warning(
+            "%s averages %s, but %s is newer: loading the newest (run tft-average again to average it)",
+            averaged,
+            ", ".join(names) or "unknown checkpoints",
+            latest,
+        )
     if latest is None:
         raise FileNotFoundError(f"No checkpoint in {checkpoint_dir(model_dir)} (and no {averaged})")
     return latest
 
 
 def restore_model(model_dir: str, checkpoint_path: str | None = None):
-    """Rebuilds the model of ``model_dir`` and loads a checkpoint (the newest by default): ``(model, config)``."""
+    """Rebuilds the model of ``model_dir`` and loads a checkpoint (:func:`default_checkpoint` by default).
+
+    Strict: every weight of the model ``config.json`` describes must be in the
+    checkpoint, with its shape; otherwise a ``ValueError`` names the mismatch
+    (a checkpoint of another model would leave weights at their random start).
+    Returns ``(model, config)``.
+    """
     config, _ = load_run(model_dir)
     model = build_transformer(config)
-    path = checkpoint_path or tf.train.latest_checkpoint(checkpoint_dir(model_dir))
-    if path is None:
-        raise FileNotFoundError(f"No checkpoint in {checkpoint_dir(model_dir)}")
-    tf.train.Checkpoint(model=model).restore(path).expect_partial()
+    path = checkpoint_path or default_checkpoint(model_dir)
+    if not tf.io.gfile.exists(path + ".index"):
+        raise FileNotFoundError(f"No checkpoint {path} (its .index file is missing)")
+    try:
+        tf.train.Checkpoint(model=model).restore(path).assert_existing_objects_matched().expect_partial()
+    except DAMAGED as error:
+        raise ValueError(
+            f"{path} is damaged and cannot be read ({_first_line(error)}): name an earlier checkpoint "
+            f"of {checkpoint_dir(model_dir)} (tft-export --checkpoint), or train on to write a new one"
+        ) from None
+    except (AssertionError, ValueError) as error:
+        first = str(error).strip().splitlines()[0][:500]
+        raise ValueError(
+            f"{path} does not match the model of {os.path.join(model_dir, CONFIG_FILE)} ({config.name}, "
+            f"{config.num_layers} layers, d_model {config.d_model}): {first}"
+        ) from None
+    logging.info("Loaded %s", path)
     return model, config
+
+
+def restore_newest_readable(checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager) -> str | None:
+    """Restores the newest of ``manager``'s checkpoints that reads whole, warning about each damaged one.
+
+    A run killed while writing, or a disk that garbled a file, leaves a newest
+    checkpoint that cannot be read; training then resumes from the one before.
+    Returns the path restored (``None`` when there is no checkpoint yet).
+    """
+    for path in reversed(manager.checkpoints):
+        try:
+            checkpoint.restore(path).assert_existing_objects_matched()
+            return path
+        except DAMAGED as error:
+            logging.warning("%s is damaged (%s): resuming from the checkpoint before it", path, _first_line(error))
+    if manager.checkpoints:
+        raise ValueError(f"No readable checkpoint in {manager.directory}: every one is damaged")
+    return None
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
 
 
 def checkpoint_weights(model, path: str) -> list[np.ndarray]:

@@ -444,3 +444,48 @@ def test_no_checkpoint_after_a_nan_loss(tmp_path):
     callback.on_train_batch_end(1, {"loss": float("nan")})
     callback.on_epoch_end(0, {"loss": float("nan")})
     assert manager.latest_checkpoint == good
+
+
+def test_mixed_float16_counts_its_steps_for_resume_and_the_learning_rate(tmp_path, train_corpus_dir):
+    """Under mixed_float16 Keras wraps the optimizer for loss scaling; the wrapper's own counter never
+    moves. A finished run rerun must not train again, and the logged learning rate is eq. 3's, not 0."""
+    run = tmp_path / "run"
+    options = tiny_options(train_corpus_dir, precision="mixed_float16", train_steps=4, log_every=1)
+    first = train(get_config("tiny"), options, str(run))
+    weights = [np.array(w) for w in restore_model(str(run))[0].weights]
+    again = train(get_config("tiny"), options, str(run))
+    assert first["steps"] == again["steps"] == 4
+    assert os.path.basename(again["latest_checkpoint"]) == "ckpt-4" and not again["history"]  # nothing trained
+    for before, after in zip(weights, restore_model(str(run))[0].weights, strict=True):
+        np.testing.assert_array_equal(before, np.array(after))
+    rates = []
+    for event_file in (run / "logs" / "train").glob("events.out.tfevents.*"):
+        for record in tf.data.TFRecordDataset(str(event_file)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            rates += [tf.make_ndarray(v.tensor) for v in event.summary.value if v.tag == "learning_rate"]
+    assert rates and min(rates) > 0
+
+
+@pytest.mark.slow
+def test_a_damaged_newest_checkpoint_is_passed_over_at_resume_and_refused_at_export(tmp_path, train_corpus_dir):
+    config = get_config("tiny", dropout=0.0)
+    options = tiny_options(train_corpus_dir, train_steps=4, steps_per_epoch=4, checkpoint_every=2)
+    train(config, options, str(tmp_path / "reference"))
+    reference, _ = restore_model(str(tmp_path / "reference"))
+    run = tmp_path / "run"
+    train(config, options, str(run))
+    data = next((run / "checkpoints").glob("ckpt-4.data-*"))
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])  # a write cut short
+    with pytest.raises(ValueError, match="ckpt-4 is damaged"):
+        restore_model(str(run))
+    summary = train(config, options, str(run))  # falls back to ckpt-2 and trains steps 3 and 4 again
+    assert summary["steps"] == 4 and summary["history"]
+    resumed, _ = restore_model(str(run))
+    for expected, got in zip(reference.weights, resumed.weights, strict=True):
+        np.testing.assert_allclose(np.array(got), np.array(expected), atol=1e-5)
+    index = run / "checkpoints" / "ckpt-4.index"
+    garbled = bytearray(index.read_bytes())
+    garbled[len(garbled) // 2 :] = bytes(len(garbled) - len(garbled) // 2)
+    index.write_bytes(bytes(garbled))
+    with pytest.raises(ValueError, match="ckpt-4 is damaged"):
+        restore_model(str(run))

@@ -55,8 +55,12 @@ def main(argv):
     if FLAGS.model:
         hypotheses = [text for text, _ in translate_lines(FLAGS.model, sources, FLAGS.batch_size, progress)]
     else:
+        from tf_transformer.run_dir import default_checkpoint
+
+        checkpoint = default_checkpoint(FLAGS.model_dir)
+        print(f"checkpoint: {checkpoint}", file=sys.stderr, flush=True)
         results = translate_with_checkpoint(
-            FLAGS.model_dir, sources, FLAGS.batch_size, FLAGS.beam_size, FLAGS.alpha, 1, progress
+            FLAGS.model_dir, sources, FLAGS.batch_size, FLAGS.beam_size, FLAGS.alpha, 1, progress, checkpoint
         )
         hypotheses = [hyps[0][0] for hyps in results]
     print(file=sys.stderr)

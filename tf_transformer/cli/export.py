@@ -44,12 +44,14 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     from tf_transformer.inference.export import export_run
+    from tf_transformer.run_dir import default_checkpoint
 
     try:
+        checkpoint = FLAGS.checkpoint or default_checkpoint(FLAGS.model_dir)
         path = export_run(
             FLAGS.model_dir,
             FLAGS.output,
-            checkpoint=FLAGS.checkpoint,
+            checkpoint=checkpoint,
             beam_size=FLAGS.beam_size,
             alpha=FLAGS.alpha,
             extra_length=FLAGS.extra_length,
@@ -59,9 +61,9 @@ def main(argv):
             streams=FLAGS.streams,
             overwrite=FLAGS.overwrite,
         )
-    except (FileNotFoundError, FileExistsError) as error:
+    except (FileNotFoundError, FileExistsError, ValueError) as error:
         raise app.UsageError(str(error)) from None
-    print(json.dumps({"exported": path}))
+    print(json.dumps({"exported": path, "checkpoint": checkpoint}))
 
 
 def run():

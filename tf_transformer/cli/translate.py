@@ -62,7 +62,11 @@ def main(argv):
         for text, score in translate_lines(FLAGS.model, lines, FLAGS.batch_size, progress, FLAGS.workers):
             print(f"{score:.4f}\t{text}" if FLAGS.scores else text)
     else:
+        from tf_transformer.run_dir import default_checkpoint
+
         try:
+            checkpoint = default_checkpoint(FLAGS.model_dir)
+            print(f"checkpoint: {checkpoint}", file=sys.stderr, flush=True)
             results = translate_with_checkpoint(
                 FLAGS.model_dir,
                 lines,
@@ -71,6 +75,7 @@ def main(argv):
                 FLAGS.alpha,
                 FLAGS.nbest,
                 progress,
+                checkpoint=checkpoint,
                 streams=FLAGS.streams,
                 workers=FLAGS.workers,
             )

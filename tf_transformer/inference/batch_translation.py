@@ -67,9 +67,9 @@ def translate_with_checkpoint(
 
     from pipelines import Tokenizer
     from tf_transformer.inference.translator import Translator
-    from tf_transformer.run_dir import default_checkpoint, restore_model, vocabulary_path
+    from tf_transformer.run_dir import restore_model, vocabulary_path
 
-    model, config = restore_model(model_dir, checkpoint or default_checkpoint(model_dir))
+    model, config = restore_model(model_dir, checkpoint)
     beam_size = beam_size or config.beam_size
     if nbest > beam_size:
         raise ValueError(f"--nbest {nbest} exceeds --beam_size {beam_size}")

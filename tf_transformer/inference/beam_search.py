@@ -187,7 +187,8 @@ def beam_search(
       initial_cache: nested ``[batch*beam, ...]`` tensors (beams already tiled).
       batch_size: scalar.
       max_lengths: ``int32[batch]``: most tokens (EOS included) each row may produce.
-      beam_size: K (1 gives greedy decoding).
+      beam_size: K. One beam with α > 0 is not greedy search: a finished hypothesis can
+        lose to a longer live one (greedy search: :mod:`tf_transformer.inference.greedy`).
       alpha: length penalty exponent; 0 disables it.
       min_length: no EOS before this many output tokens (EOS counted).
       reorder_cache: ``(cache, beams int32[batch, K]) → cache`` where beam ``k``

@@ -19,19 +19,19 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 
 import keras
 import tensorflow as tf
 
 from pipelines.vocab import Tokenizer
+from tf_transformer.atomic import replace_directory, staging_directory
 from tf_transformer.inference.precision import inference_copy
 from tf_transformer.inference.translator import Translator
-from tf_transformer.run_dir import default_checkpoint, restore_model, vocabulary_path
+from tf_transformer.run_dir import restore_model, vocabulary_path
 
 
 def export_translator(translator: Translator, vocabulary_path: str, output: str, overwrite: bool = False) -> str:
-    """Writes ``translator`` as a SavedModel at ``output``; atomically (temporary directory, then rename).
+    """Writes ``translator`` as a SavedModel at ``output``, atomically (:mod:`tf_transformer.atomic`).
 
     What is exported is a frozen copy (``Translator.frozen``): the decoder's
     kernels are saved in the layout decoding multiplies with, so a request does
@@ -40,11 +40,9 @@ def export_translator(translator: Translator, vocabulary_path: str, output: str,
     output = os.path.abspath(output)
     if os.path.exists(output) and not overwrite:
         raise FileExistsError(f"{output} exists: export to a new version directory (or pass overwrite)")
-    parent = os.path.dirname(output)
-    os.makedirs(parent, exist_ok=True)
     if translator.frozen_weights is None:
         translator = translator.frozen()
-    staging = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(output)}.partial-")
+    staging = staging_directory(output)
     try:
         archive = keras.export.ExportArchive()
         # The variables the endpoints use are saved without asking; tracking the
@@ -68,9 +66,7 @@ def export_translator(translator: Translator, vocabulary_path: str, output: str,
         # the export too, for clients that tokenize themselves.
         os.makedirs(os.path.join(target, "assets"), exist_ok=True)
         shutil.copyfile(vocabulary_path, os.path.join(target, "assets", "sp.model"))
-        if os.path.exists(output):
-            shutil.rmtree(output)
-        os.replace(target, output)
+        replace_directory(target, output)  # an existing export stays whole until the new one is in place
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return output
@@ -96,7 +92,7 @@ def export_run(
     ``dtype`` (e.g. ``"bfloat16"``) stores and computes the weights in that dtype
     (:func:`~tf_transformer.inference.precision.inference_copy`); by default float32.
     """
-    model, config = restore_model(model_dir, checkpoint or default_checkpoint(model_dir))
+    model, config = restore_model(model_dir, checkpoint)
     if dtype is not None and dtype != model.dtype_policy.name:
         model = inference_copy(model, dtype)
     vocabulary = vocabulary_path(model_dir)

@@ -20,7 +20,7 @@ class Translator(tf.Module):
     Args:
       model: the trained model.
       tokenizer: the shared SentencePiece tokenizer of the run.
-      beam_size: K (4 in the paper); 1 is greedy decoding.
+      beam_size: K (4 in the paper); for greedy search see :mod:`tf_transformer.inference.greedy`.
       alpha: GNMT length penalty exponent (0.6 in the paper).
       extra_length: maximum output length = input length + this (50 in the paper).
       min_length: no EOS before this many output tokens (EOS counted; 0: none).

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 
 import numpy as np
 import tensorflow as tf
 
+from tf_transformer.atomic import replace_directory, staging_directory
 from tf_transformer.run_dir import checkpoint_dir, restore_model
 
 
@@ -29,28 +29,25 @@ def average_checkpoints(model_dir: str, last: int = 5, output: str | None = None
 
     The mean is accumulated in float64 and cast back to each weight's dtype.
     The result goes to ``output`` (default ``model_dir/averaged``), written to
-    a temporary directory and renamed into place. Returns the checkpoint prefix.
+    a directory beside it and put in place atomically (:mod:`tf_transformer.atomic`).
+    Returns the checkpoint prefix.
     """
     paths = last_checkpoints(model_dir, last)
     model, _ = restore_model(model_dir, paths[0])
     sums = [np.zeros(w.shape, np.float64) for w in model.weights]
     for path in paths:
-        tf.train.Checkpoint(model=model).restore(path).expect_partial()
+        tf.train.Checkpoint(model=model).restore(path).assert_existing_objects_matched().expect_partial()
         for total, weight in zip(sums, model.weights, strict=True):
             total += np.asarray(weight, np.float64)
     for total, weight in zip(sums, model.weights, strict=True):
         weight.assign((total / len(paths)).astype(weight.dtype))
-    output = output or os.path.join(model_dir, "averaged")
-    parent = os.path.dirname(os.path.abspath(output))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(dir=parent, prefix=".averaging-")
+    output = os.path.abspath(output or os.path.join(model_dir, "averaged"))
+    staging = staging_directory(output)
     try:
         tf.train.Checkpoint(model=model).write(os.path.join(staging, "ckpt"))
         with open(os.path.join(staging, "SOURCES"), "w") as handle:
             handle.write("\n".join(paths) + "\n")
-        if os.path.exists(output):
-            shutil.rmtree(output)
-        os.replace(staging, output)
+        replace_directory(staging, output)  # a previous average stays whole until this one is in place
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -9,6 +9,8 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from tf_transformer.training.optimizers import current_learning_rate, micro_batches_done
+
 
 def _finite(logs) -> bool:
     loss = (logs or {}).get("loss")
@@ -49,7 +51,7 @@ class StepCheckpoint(keras.callbacks.Callback):
         if not _finite(logs):
             self._bad = True
             return
-        micro = int(self.model.optimizer._iterations.numpy()) if self.micro_steps > 1 else None
+        micro = micro_batches_done(self.model.optimizer) if self.micro_steps > 1 else None
         if micro is not None and micro % self.micro_steps:
             return  # mid-accumulation: the update is not complete
         if self.every_steps and self._updates() % self.every_steps == 0:
@@ -92,6 +94,11 @@ class StopAfterMinutes(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if time.perf_counter() - self._start >= self.seconds:
             self.model.stop_training = True
+
+
+def _number(value: float) -> str:
+    """Counts as whole numbers (``459,200``), everything else to four significant digits."""
+    return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
 
 
 class ProgressLogger(keras.callbacks.Callback):
@@ -140,7 +147,7 @@ class ProgressLogger(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self._last = time.perf_counter()
-        metrics = " · ".join(f"{key} {float(value):.4g}" for key, value in sorted((logs or {}).items()))
+        metrics = " · ".join(f"{key} {_number(float(value))}" for key, value in sorted((logs or {}).items()))
         self.print_fn(f"epoch {epoch + 1} · {self._where()} · {metrics}", flush=True)
 
 
@@ -179,7 +186,7 @@ class TrainingMonitor(keras.callbacks.Callback):
             return
         now = time.perf_counter()
         optimizer = self.model.optimizer
-        learning_rate = float(optimizer._get_current_learning_rate().numpy())
+        learning_rate = current_learning_rate(optimizer)
         with self.train_writer.as_default(step=step):
             tf.summary.scalar("learning_rate", learning_rate)
             tf.summary.scalar("target_tokens_per_second", self._tokens / max(now - self._time, 1e-9))

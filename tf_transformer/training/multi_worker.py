@@ -28,6 +28,7 @@ from configs import TransformerConfig
 from tf_transformer import run_dir
 from tf_transformer.model import build_transformer
 from tf_transformer.training.losses import LabelSmoothedCrossEntropy
+from tf_transformer.training.optimizers import current_learning_rate
 from tf_transformer.training.schedules import paper_optimizer
 
 
@@ -132,7 +133,7 @@ def train_multi_worker(config: TransformerConfig, options, model_dir: str, strat
         if is_chief:
             with writer.as_default(step=step):
                 tf.summary.scalar("loss", loss)
-                tf.summary.scalar("learning_rate", float(optimizer._get_current_learning_rate()))
+                tf.summary.scalar("learning_rate", current_learning_rate(optimizer))
         if options.checkpoint_every and step % options.checkpoint_every == 0 or step == total_steps:
             manager.save(checkpoint_number=step)
     summary = {

@@ -43,3 +43,20 @@ class FusedAdam(keras.optimizers.Adam):
             epsilon=constant(self.epsilon),
             grad=constant(tf.convert_to_tensor(gradient)),  # IndexedSlices (untied embeddings) → dense, as Keras
         )
+
+
+def base_optimizer(optimizer: keras.optimizers.Optimizer) -> keras.optimizers.Optimizer:
+    """The optimizer that applies the updates: under ``mixed_float16`` Keras wraps it in a
+    ``LossScaleOptimizer``, whose own step counter never moves."""
+    return getattr(optimizer, "inner_optimizer", optimizer)
+
+
+def micro_batches_done(optimizer: keras.optimizers.Optimizer) -> int:
+    """Micro-batches trained on: the optimizer updates times ``gradient_accumulation_steps``, and
+    the micro-batches of an unfinished accumulation (what a resumed run skips in its data)."""
+    return int(base_optimizer(optimizer)._iterations.numpy())
+
+
+def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
+    """The learning rate of the next update (eq. 3 at the optimizer's own step)."""
+    return float(base_optimizer(optimizer)._get_current_learning_rate())

@@ -32,6 +32,7 @@ from tf_transformer.training.callbacks import (
 )
 from tf_transformer.training.losses import LabelSmoothedCrossEntropy, TokenAccuracy, TokenPerplexity
 from tf_transformer.training.multi_worker import train_multi_worker
+from tf_transformer.training.optimizers import micro_batches_done
 from tf_transformer.training.schedules import paper_optimizer
 from tf_transformer.training.strategy import default_jit_compile, make_strategy, set_precision
 
@@ -150,10 +151,10 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
     manager = tf.train.CheckpointManager(
         checkpoint, run_dir.checkpoint_dir(model_dir), max_to_keep=options.keep_checkpoints
     )
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-        logging.info("Resumed from %s", manager.latest_checkpoint)
-    done_micro = int(model.optimizer._iterations.numpy())
+    resumed = run_dir.restore_newest_readable(checkpoint, manager)
+    if resumed:
+        logging.info("Resumed from %s", resumed)
+    done_micro = micro_batches_done(model.optimizer)
     log_dir = os.path.join(model_dir, "logs")
     monitor = TrainingMonitor(
         log_dir,

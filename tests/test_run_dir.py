@@ -1,0 +1,77 @@
+"""The run directory: which checkpoint commands load, and strict restores."""
+
+import json
+import logging
+import os
+import pathlib
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.commands import BIN
+from tf_transformer.run_dir import checkpoint_dir, default_checkpoint, restore_model
+from tf_transformer.training.averaging import average_checkpoints
+
+FIXTURE = pathlib.Path(__file__).resolve().parent / "fixtures" / "compat" / "run"
+
+
+@pytest.fixture
+def run(tmp_path):
+    """The fixture run with a second, later checkpoint (ckpt-8: ckpt-4's weights, scaled)."""
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURE, run)
+    model, _ = restore_model(str(run), str(run / "checkpoints" / "ckpt-4"))
+    for weight in model.weights:
+        weight.assign(weight * 1.5)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), checkpoint_dir(str(run)), max_to_keep=5)
+    manager.save(checkpoint_number=8)
+    return run
+
+
+def test_an_average_is_loaded_only_while_it_holds_the_newest_checkpoint(run, caplog):
+    averaged = average_checkpoints(str(run), last=2)
+    assert default_checkpoint(str(run)) == averaged
+    model, _ = restore_model(str(run), str(run / "checkpoints" / "ckpt-8"))
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), checkpoint_dir(str(run)), max_to_keep=5)
+    newest = manager.save(checkpoint_number=12)  # training went on after averaging
+    with caplog.at_level(logging.WARNING):
+        assert default_checkpoint(str(run)) == newest
+    assert "ckpt-12 is newer" in caplog.text and "tft-average" in caplog.text
+    loaded, _ = restore_model(str(run))
+    np.testing.assert_array_equal(np.array(loaded.weights[0]), np.array(model.weights[0]))
+
+
+def test_a_checkpoint_of_another_model_is_refused(run):
+    config_path = run / "config.json"
+    stored = json.loads(config_path.read_text())
+    stored["model"]["num_layers"] = 3  # a layer the checkpoint has no weights for
+    config_path.write_text(json.dumps(stored))
+    with pytest.raises(ValueError, match="does not match the model of .*config.json"):
+        restore_model(str(run))
+    stored["model"]["num_layers"], stored["model"]["d_ff"] = 2, 128  # weights of another shape
+    config_path.write_text(json.dumps(stored))
+    with pytest.raises(ValueError, match="does not match"):
+        restore_model(str(run))
+
+
+def test_commands_say_which_checkpoint_they_load(run, tmp_path):
+    exported = subprocess.run(
+        [str(BIN / "tft-export"), "--model_dir", str(run), "--output", str(tmp_path / "export" / "1")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert json.loads(exported.stdout.strip().splitlines()[-1])["checkpoint"].endswith("ckpt-8")
+    translated = subprocess.run(
+        [str(BIN / "tft-translate"), "--model_dir", str(run)],
+        input="zeta\n",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert translated.returncode == 0, translated.stderr[-3000:]
+    assert f"checkpoint: {os.path.join(str(run), 'checkpoints', 'ckpt-8')}" in translated.stderr
