@@ -34,6 +34,9 @@ def run(tmp_path):
 def test_an_average_is_loaded_only_while_it_holds_the_newest_checkpoint(run, caplog):
     averaged = average_checkpoints(str(run), last=2)
     assert default_checkpoint(str(run)) == averaged
+    mean, _ = restore_model(str(run))  # an average holds the model's weights only: it loads all the same
+    halfway = np.array(restore_model(str(run), str(run / "checkpoints" / "ckpt-4"))[0].weights[0]) * 1.25
+    np.testing.assert_allclose(np.array(mean.weights[0]), halfway, rtol=1e-6)
     model, _ = restore_model(str(run), str(run / "checkpoints" / "ckpt-8"))
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), checkpoint_dir(str(run)), max_to_keep=5)
     newest = manager.save(checkpoint_number=12)  # training went on after averaging

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -115,7 +114,7 @@ def restore_model(model_dir: str, checkpoint_path: str | None = None):
     if not tf.io.gfile.exists(path + ".index"):
         raise FileNotFoundError(f"No checkpoint {path} (its .index file is missing)")
     try:
-        tf.train.Checkpoint(model=model).restore(path).assert_existing_objects_matched().expect_partial()
+        tf.train.Checkpoint(model=model).read(path).assert_existing_objects_matched().expect_partial()
     except DAMAGED as error:
         raise ValueError(
             f"{path} is damaged and cannot be read ({_first_line(error)}): name an earlier checkpoint "
@@ -151,9 +150,3 @@ def restore_newest_readable(checkpoint: tf.train.Checkpoint, manager: tf.train.C
 
 def _first_line(error: Exception) -> str:
     return str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
-
-
-def checkpoint_weights(model, path: str) -> list[np.ndarray]:
-    """The model weights stored in the checkpoint at ``path``, as ``model.get_weights()`` orders them."""
-    tf.train.Checkpoint(model=model).restore(path).expect_partial()
-    return [np.array(w) for w in model.get_weights()]

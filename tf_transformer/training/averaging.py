@@ -36,7 +36,7 @@ def average_checkpoints(model_dir: str, last: int = 5, output: str | None = None
     model, _ = restore_model(model_dir, paths[0])
     sums = [np.zeros(w.shape, np.float64) for w in model.weights]
     for path in paths:
-        tf.train.Checkpoint(model=model).restore(path).assert_existing_objects_matched().expect_partial()
+        tf.train.Checkpoint(model=model).read(path).assert_existing_objects_matched().expect_partial()
         for total, weight in zip(sums, model.weights, strict=True):
             total += np.asarray(weight, np.float64)
     for total, weight in zip(sums, model.weights, strict=True):
