@@ -152,16 +152,16 @@ def cache_step(cache, position, read_size=None, mask=None) -> CacheStep:
     return CacheStep(position, rows, read_size, mask)
 
 
-def prefix_step(cache, history, step) -> CacheStep:
+def prefix_step(cache, history, step, size) -> CacheStep:
     """The :class:`CacheStep` of ``step`` > 0, with each hypothesis's mask over the blocks it reads.
 
     Hypothesis ``k`` sees the slot of position ``l`` written by hypothesis
     ``k'`` when ``l <= step`` and its prefix's token ``l`` was written by
-    ``k'`` (``history``, already written at ``step``). Only the blocks holding
+    ``k'`` (``history``, already written at ``step``; ``size`` hypotheses per
+    sentence, :func:`hypotheses_per_sentence`). Only the blocks holding
     positions ``0..step`` are read; under XLA, which needs static shapes, all
     are, with the unwritten positions masked.
     """
-    size = hypotheses_per_sentence(cache["layers"][0]["key"])  # a Python int for a search's cache
     max_len = ops.shape(history)[1]
     positions = ops.arange(max_len)  # [max_len]
     blocks = max_len // CACHE_BLOCK if in_xla() else step // CACHE_BLOCK + 1

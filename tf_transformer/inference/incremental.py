@@ -97,7 +97,7 @@ class IncrementalDecoder:
         """
         size = caching.hypotheses_per_sentence(cache["layers"][0]["key"])  # a Python int for a search's cache
         history = caching.write_history(cache["history"], size, step)  # [batch * size, max_len]
-        where = caching.prefix_step(cache, history, step)
+        where = caching.prefix_step(cache, history, step, size)
         return self._run(target_ids, cache, history, constants, where, memory_mask)
 
     def first_step(self, target_ids, cache, constants, memory_mask):
