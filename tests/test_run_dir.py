@@ -60,6 +60,7 @@ def test_a_checkpoint_of_another_model_is_refused(run):
         restore_model(str(run))
 
 
+@pytest.mark.slow
 def test_commands_say_which_checkpoint_they_load(run, tmp_path):
     exported = subprocess.run(
         [str(BIN / "tft-export"), "--model_dir", str(run), "--output", str(tmp_path / "export" / "1")],

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import os
 import shutil
 import tempfile
@@ -31,10 +32,10 @@ def _exchange(a: str, b: str) -> bool:
     renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
         return True
-    errno = ctypes.get_errno()
-    if errno in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: not supported here
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # not supported by this system or filesystem
         return False
-    raise OSError(errno, os.strerror(errno), a, None, b)
+    raise OSError(code, os.strerror(code), a, None, b)
 
 
 def replace_directory(staging: str, destination: str) -> None:

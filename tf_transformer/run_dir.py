@@ -19,9 +19,25 @@ import pipelines
 from configs import TransformerConfig
 from tf_transformer.model import build_transformer
 
-# What reading a truncated or garbled checkpoint raises (TensorFlow checks each tensor's CRC32C;
-# its checkpoint reader turns a file that ends too early into an IndexError).
-DAMAGED = (IndexError, tf.errors.OpError)
+
+# What reading a truncated or garbled checkpoint raises: TensorFlow checks each tensor's CRC32C
+# (DataLossError), its checkpoint reader turns a file that ends too early into an IndexError, and
+# a garbled index is "not an sstable". Other errors (permissions, a storage service that is
+# briefly unavailable, memory) are not damage: they propagate.
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: damaged, or of another model than the run's config.json."""
+
+
+_DAMAGE_MESSAGES = ("not an sstable", "bad magic", "checksum", "corrupt", "truncated", "read less bytes")
+
+
+def is_damaged(error: BaseException) -> bool:
+    """Whether ``error``, raised reading a checkpoint, says the checkpoint's files are damaged."""
+    if isinstance(error, tf.errors.DataLossError | IndexError):
+        return True
+    return isinstance(error, tf.errors.OpError | RuntimeError) and any(
+        text in str(error).lower() for text in _DAMAGE_MESSAGES
+    )
 
 CONFIG_FILE = "config.json"
 VOCABULARY_FILE = "sp.model"
@@ -103,31 +119,40 @@ def default_checkpoint(model_dir: str) -> str:
 def restore_model(model_dir: str, checkpoint_path: str | None = None):
     """Rebuilds the model of ``model_dir`` and loads a checkpoint (:func:`default_checkpoint` by default).
 
-    Strict: every weight of the model ``config.json`` describes must be in the
-    checkpoint, with its shape; otherwise a ``ValueError`` names the mismatch
-    (a checkpoint of another model would leave weights at their random start).
-    Returns ``(model, config)``.
+    Strict (:func:`load_weights`). Returns ``(model, config)``.
     """
     config, _ = load_run(model_dir)
     model = build_transformer(config)
     path = checkpoint_path or default_checkpoint(model_dir)
+    load_weights(model, path, model_dir, config)
+    return model, config
+
+
+def load_weights(model, path: str, model_dir: str, config: TransformerConfig) -> None:
+    """Loads the model weights of the checkpoint at ``path`` (a training checkpoint or an average).
+
+    Strict: every weight of the model ``config.json`` describes must be in the
+    checkpoint, with its shape, or a :class:`CheckpointError` names the mismatch
+    (a checkpoint of another model would leave weights at their random start);
+    a damaged checkpoint is a :class:`CheckpointError` too.
+    """
     if not tf.io.gfile.exists(path + ".index"):
         raise FileNotFoundError(f"No checkpoint {path} (its .index file is missing)")
     try:
         tf.train.Checkpoint(model=model).read(path).assert_existing_objects_matched().expect_partial()
-    except DAMAGED as error:
-        raise ValueError(
+    except (tf.errors.OpError, IndexError, RuntimeError) as error:
+        if not is_damaged(error):
+            raise
+        raise CheckpointError(
             f"{path} is damaged and cannot be read ({_first_line(error)}): name an earlier checkpoint "
             f"of {checkpoint_dir(model_dir)} (tft-export --checkpoint), or train on to write a new one"
         ) from None
     except (AssertionError, ValueError) as error:
-        first = str(error).strip().splitlines()[0][:500]
-        raise ValueError(
+        raise CheckpointError(
             f"{path} does not match the model of {os.path.join(model_dir, CONFIG_FILE)} ({config.name}, "
-            f"{config.num_layers} layers, d_model {config.d_model}): {first}"
+            f"{config.num_layers} layers, d_model {config.d_model}): {_first_line(error)}"
         ) from None
     logging.info("Loaded %s", path)
-    return model, config
 
 
 def restore_newest_readable(checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager) -> str | None:
@@ -141,12 +166,14 @@ def restore_newest_readable(checkpoint: tf.train.Checkpoint, manager: tf.train.C
         try:
             checkpoint.restore(path).assert_existing_objects_matched()
             return path
-        except DAMAGED as error:
+        except (tf.errors.OpError, IndexError, RuntimeError) as error:
+            if not is_damaged(error):
+                raise
             logging.warning("%s is damaged (%s): resuming from the checkpoint before it", path, _first_line(error))
     if manager.checkpoints:
-        raise ValueError(f"No readable checkpoint in {manager.directory}: every one is damaged")
+        raise CheckpointError(f"No readable checkpoint in {manager.directory}: every one is damaged")
     return None
 
 
 def _first_line(error: Exception) -> str:
-    return str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
+    return str(error).strip().splitlines()[0][:500] if str(error).strip() else type(error).__name__

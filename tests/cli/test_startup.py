@@ -1,7 +1,10 @@
 """The commands' standard error: TensorFlow's CPU-only notices dropped, every other line kept, even on a crash."""
 
+import os
+import select
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -50,3 +53,26 @@ def test_a_cuinit_failure_is_shown_where_there_is_a_gpu(monkeypatch):
     assert not notices_pattern().search("E0000 cuda_executor.cc] failed call to cuInit: INTERNAL")
     assert not notices_pattern().search("E0000 something.cc] out of memory")
     assert NO_GPU_NOTICES and all(notice not in NO_GPU_NOTICES for notice in CPU_NOTICES)
+
+
+def test_a_progress_line_rewritten_in_place_gets_through_as_it_goes():
+    writer = (
+        "import os, time\n"
+        "from tf_transformer.cli.startup import filter_stderr, notices_pattern\n"
+        "filter_stderr(notices_pattern())\n"
+        "os.write(2, b'\\rtranslated 1/3')\n"
+        "os.write(2, b'\\rtranslated 2/3')\n"
+        "time.sleep(20)\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", writer], stderr=subprocess.PIPE)
+    try:
+        seen = b""
+        deadline = time.monotonic() + 15
+        while b"translated 1/3" not in seen and time.monotonic() < deadline:
+            ready, _, _ = select.select([process.stderr], [], [], 0.5)
+            if ready:
+                seen += os.read(process.stderr.fileno(), 4096)
+        assert b"translated 1/3" in seen and process.poll() is None  # shown while the command still runs
+    finally:
+        process.kill()
+        process.wait()

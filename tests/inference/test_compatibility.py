@@ -74,6 +74,7 @@ def test_an_old_checkpoint_restores_completely_and_translates_as_it_did():
     np.testing.assert_allclose(scores, [float(score) for _, score, _ in expected], atol=1e-3)
 
 
+@pytest.mark.slow
 def test_an_old_run_exports_the_same_signatures_and_variables(tmp_path):
     old = FIXTURES / "export" / "1"
     new = export_cli(FIXTURES / "run", tmp_path / "compat" / "1")

@@ -240,6 +240,7 @@ def _batch(rows, length):
     return {"inputs": ids, "targets": ids[:, ::-1].copy()}, np.roll(ids, 1, axis=1)
 
 
+@pytest.mark.slow
 def test_accumulated_micro_batches_equal_one_batch():
     """N micro-batches with gradient accumulation make the same update as their union."""
     config = get_config("tiny", dropout=0.0)
@@ -313,6 +314,7 @@ def test_mirrored_strategy_over_two_logical_cpus(tmp_path, train_corpus_dir):
     assert summary["steps"] == 6 and math.isfinite(summary["history"]["loss"][-1])
 
 
+@pytest.mark.slow
 def test_xla_sees_one_shape_per_bucket(tmp_path, train_corpus_dir):
     tokenizer_path = tmp_path / "sp.model"
     corpus = pipelines.find_split(str(train_corpus_dir), "train", "en", "de")
@@ -446,6 +448,7 @@ def test_no_checkpoint_after_a_nan_loss(tmp_path):
     assert manager.latest_checkpoint == good
 
 
+@pytest.mark.slow
 def test_mixed_float16_counts_its_steps_for_resume_and_the_learning_rate(tmp_path, train_corpus_dir):
     """Under mixed_float16 Keras wraps the optimizer for loss scaling; the wrapper's own counter never
     moves. A finished run rerun must not train again, and the logged learning rate is eq. 3's, not 0."""

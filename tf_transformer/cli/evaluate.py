@@ -57,11 +57,14 @@ def main(argv):
     else:
         from tf_transformer.run_dir import default_checkpoint
 
-        checkpoint = default_checkpoint(FLAGS.model_dir)
-        print(f"checkpoint: {checkpoint}", file=sys.stderr, flush=True)
-        results = translate_with_checkpoint(
-            FLAGS.model_dir, sources, FLAGS.batch_size, FLAGS.beam_size, FLAGS.alpha, 1, progress, checkpoint
-        )
+        try:
+            checkpoint = default_checkpoint(FLAGS.model_dir)
+            print(f"checkpoint: {checkpoint}", file=sys.stderr, flush=True)
+            results = translate_with_checkpoint(
+                FLAGS.model_dir, sources, FLAGS.batch_size, FLAGS.beam_size, FLAGS.alpha, 1, progress, checkpoint
+            )
+        except (FileNotFoundError, ValueError) as error:
+            raise app.UsageError(str(error)) from None
         hypotheses = [hyps[0][0] for hyps in results]
     print(file=sys.stderr)
     if FLAGS.output:

@@ -35,18 +35,27 @@ CPU_NOTICES = [
 ]
 NO_GPU_NOTICES = [r"failed call to cuInit"]
 
-# The filter: every line of its standard input that matches none of the notices goes to its
-# standard output (the command's real standard error). It outlives Ctrl-C and SIGTERM sent
-# to the process group, so the command's last words (a traceback) still get through.
+# The filter: every piece of its standard input up to a newline or a carriage return (a
+# progress line rewritten in place) that matches none of the notices goes on to its standard
+# output, the command's real standard error. It runs in a session of its own, so Ctrl-C and
+# signals sent to the command's process group leave it running: the command's last words (a
+# traceback) still get through, and it ends when the pipe closes.
 _FILTER = r"""
-import re, signal, sys
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
+import os, re, sys
 notices = re.compile(sys.argv[1])
-for line in iter(sys.stdin.buffer.readline, b""):
-    if not notices.search(line.decode("utf-8", "replace")):
-        sys.stdout.buffer.write(line)
-        sys.stdout.buffer.flush()
+pending = b""
+while True:
+    chunk = os.read(0, 65536)
+    if not chunk:
+        break
+    pending += chunk
+    pieces = re.split(rb"(?<=[\r\n])", pending)
+    pending = pieces.pop()  # no newline or carriage return yet: wait for the rest
+    for piece in pieces:
+        if not notices.search(piece.decode("utf-8", "replace")):
+            os.write(1, piece)
+if pending and not notices.search(pending.decode("utf-8", "replace")):
+    os.write(1, pending)
 """
 
 
@@ -60,11 +69,23 @@ def notices_pattern() -> re.Pattern:
 
 
 def filter_stderr(pattern: re.Pattern) -> None:
-    """Sends this process's standard error (file descriptor 2: C++ and Python alike) through the filter."""
-    sys.stderr.flush()
-    original = os.dup(2)
+    """Sends this process's standard error (file descriptor 2: C++ and Python alike) through the filter.
+
+    Does nothing where there is no standard error (closed), or with ``TFT_RAW_STDERR=1``.
+    """
+    if os.environ.get("TFT_RAW_STDERR") == "1" or sys.stderr is None:
+        return
+    try:
+        sys.stderr.flush()
+        original = os.dup(2)
+    except OSError:  # standard error closed
+        return
     process = subprocess.Popen(
-        [sys.executable, "-c", _FILTER, pattern.pattern], stdin=subprocess.PIPE, stdout=original, stderr=original
+        [sys.executable, "-c", _FILTER, pattern.pattern],
+        stdin=subprocess.PIPE,
+        stdout=original,
+        stderr=original,
+        start_new_session=True,
     )
     os.dup2(process.stdin.fileno(), 2)
     process.stdin.close()  # file descriptor 2 now holds the pipe open
@@ -73,8 +94,8 @@ def filter_stderr(pattern: re.Pattern) -> None:
         sys.stderr.flush()
         os.dup2(original, 2)  # the pipe closes: the filter writes what is left, then ends
         try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # a child of this process still holds the pipe
+            process.wait(timeout=2)
+        except subprocess.TimeoutExpired:  # a child of this process still holds the pipe: it ends with that
             pass
 
     atexit.register(restore)
@@ -94,9 +115,7 @@ def start_tensorflow():
     if not _started:
         _started = True
         filter_stderr(notices_pattern())
-    import tensorflow as tf
-
-    import tf_transformer  # noqa: F401  (sets TensorFlow's oneDNN default before TensorFlow is imported)
+    import tensorflow as tf  # after tf_transformer (this package's parent), which set its oneDNN default
 
     tf.config.list_physical_devices()  # the GPU probe, and what it prints, while filtered
     return tf

@@ -59,7 +59,7 @@ def translate_with_checkpoint(
 ):
     """n-best ``[(text, score), …]`` per line from a run's checkpoint, any beam size and α.
 
-    ``checkpoint`` is a checkpoint prefix; by default the averaged one when it exists, else the newest.
+    ``checkpoint`` is a checkpoint prefix; by default :func:`~tf_transformer.run_dir.default_checkpoint`.
     ``streams``: see :class:`~tf_transformer.inference.translator.Translator`;
     ``workers``: see :func:`_translate_batches`.
     """

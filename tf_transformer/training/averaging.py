@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_transformer.atomic import replace_directory, staging_directory
-from tf_transformer.run_dir import checkpoint_dir, restore_model
+from tf_transformer.run_dir import checkpoint_dir, load_weights, restore_model
 
 
 def last_checkpoints(model_dir: str, last: int) -> list[str]:
@@ -33,10 +33,10 @@ def average_checkpoints(model_dir: str, last: int = 5, output: str | None = None
     Returns the checkpoint prefix.
     """
     paths = last_checkpoints(model_dir, last)
-    model, _ = restore_model(model_dir, paths[0])
+    model, config = restore_model(model_dir, paths[0])
     sums = [np.zeros(w.shape, np.float64) for w in model.weights]
     for path in paths:
-        tf.train.Checkpoint(model=model).read(path).assert_existing_objects_matched().expect_partial()
+        load_weights(model, path, model_dir, config)
         for total, weight in zip(sums, model.weights, strict=True):
             total += np.asarray(weight, np.float64)
     for total, weight in zip(sums, model.weights, strict=True):
