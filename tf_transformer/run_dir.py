@@ -39,6 +39,7 @@ def is_damaged(error: BaseException) -> bool:
         text in str(error).lower() for text in _DAMAGE_MESSAGES
     )
 
+
 CONFIG_FILE = "config.json"
 VOCABULARY_FILE = "sp.model"
 CHECKPOINTS = "checkpoints"
