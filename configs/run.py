@@ -40,4 +40,5 @@ class RunOptions:
     log_every: int = 50
     max_minutes: float | None = None
     budget_start: float | None = None  # time.perf_counter() at which max_minutes starts (default: the first step)
+    init_from: str | None = None  # a run directory or checkpoint whose weights start a new run (fine-tuning)
     verbose: int | str = "auto"  # 0: no progress lines; anything else: one per epoch (and a minute)

@@ -46,12 +46,60 @@ CHECKPOINTS = "checkpoints"
 AVERAGED = "averaged"
 
 
+class WriteError(OSError):
+    """Writing failed (a full disk, a quota, a file size limit): what was being written has been
+    removed and what was there before is intact; the message says which."""
+
+
+def write_failed(what: str, path: str, error: BaseException, existed: bool) -> WriteError:
+    """The :class:`WriteError` for ``what`` at ``path`` after its staging copy was removed."""
+    reason = str(getattr(error, "strerror", None) or error).strip().splitlines()[-1][:300]
+    before = f"the {what} already at {path} is unchanged" if existed else "nothing was written"
+    return WriteError(f"Could not write the {what} {path} ({reason}); is the disk full? {before.capitalize()}")
+
+
 def save_json(path: str, value) -> None:
     """Writes ``value`` as JSON to ``path`` atomically (a temporary file, then a rename)."""
     tmp = f"{path}.tmp"
-    with open(tmp, "w") as handle:
-        json.dump(value, handle, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as handle:
+            json.dump(value, handle, indent=2, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError as error:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise WriteError(
+            f"Could not write {path} ({error.strerror or error}); the previous file is unchanged"
+        ) from None
+
+
+def save_checkpoint(manager: tf.train.CheckpointManager, step: int) -> str:
+    """``manager.save`` as checkpoint ``step``; on failure, no part of it is left and a :class:`WriteError` says
+    which checkpoint is still the newest.
+
+    TensorFlow writes a checkpoint's data and index, then lists it in the
+    ``checkpoint`` file; a failed write leaves a ``ckpt-N_temp`` directory or
+    unlisted ``ckpt-N.*`` files, which a later save of the same number would
+    have to overwrite. Older checkpoints are deleted only after a save succeeds.
+    """
+    try:
+        return manager.save(checkpoint_number=step)
+    except (tf.errors.OpError, OSError) as error:
+        prefix = os.path.join(manager.directory, f"ckpt-{step}")
+        if prefix not in manager.checkpoints:
+            for path in tf.io.gfile.glob(prefix + ".*"):
+                tf.io.gfile.remove(path)
+        if tf.io.gfile.exists(prefix + "_temp"):
+            tf.io.gfile.rmtree(prefix + "_temp")
+        latest = manager.latest_checkpoint
+        raise WriteError(
+            f"Could not write checkpoint {prefix} ({_first_line(error)}); is the disk full? "
+            + (
+                f"The newest checkpoint, {latest}, is intact: free space and run the same command to resume from it"
+                if latest
+                else "No checkpoint of this run was written yet"
+            )
+        ) from None
 
 
 def save_run(model_dir: str, config: TransformerConfig, options: dict) -> None:
@@ -156,8 +204,11 @@ def load_weights(model, path: str, model_dir: str, config: TransformerConfig) ->
     logging.info("Loaded %s", path)
 
 
-def restore_newest_readable(checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager) -> str | None:
+def restore_newest_readable(checkpoint, manager: tf.train.CheckpointManager) -> str | None:
     """Restores the newest of ``manager``'s checkpoints that reads whole, warning about each damaged one.
+
+    ``checkpoint`` is the ``tf.train.Checkpoint`` to restore into, or a function
+    of the checkpoint's path giving it (what a checkpoint holds varies by version).
 
     A run killed while writing, or a disk that garbled a file, leaves a newest
     checkpoint that cannot be read; training then resumes from the one before.
@@ -165,7 +216,8 @@ def restore_newest_readable(checkpoint: tf.train.Checkpoint, manager: tf.train.C
     """
     for path in reversed(manager.checkpoints):
         try:
-            checkpoint.restore(path).assert_existing_objects_matched()
+            target = checkpoint(path) if callable(checkpoint) else checkpoint
+            target.restore(path).assert_existing_objects_matched()
             return path
         except (tf.errors.OpError, IndexError, RuntimeError) as error:
             if not is_damaged(error):

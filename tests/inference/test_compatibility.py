@@ -6,6 +6,7 @@ directory (config, vocabulary, a checkpoint of model and optimizer), its export,
 and what ``tft-translate`` printed for ``sentences.txt`` from each.
 """
 
+import json
 import pathlib
 import shutil
 
@@ -94,6 +95,9 @@ def test_an_old_run_resumes_and_averages(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(FIXTURES / "run", run)
     write_corpus(tmp_path / "corpus", n=300)
+    stored = json.loads((run / "config.json").read_text())
+    stored["run"]["data"] = str(tmp_path / "corpus")  # the corpus at the path the run names (resume checks it)
+    (run / "config.json").write_text(json.dumps(stored))
     options = tiny_options(tmp_path / "corpus", train_steps=6)
     summary = train(get_config("tiny"), options, str(run))
     assert summary["steps"] == 6  # resumed at step 4 of the old checkpoint, not from scratch

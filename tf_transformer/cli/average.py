@@ -25,7 +25,7 @@ def main(argv):
     try:
         sources = last_checkpoints(FLAGS.model_dir, FLAGS.last)
         path = average_checkpoints(FLAGS.model_dir, FLAGS.last, FLAGS.output)
-    except (FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, ValueError, OSError) as error:  # OSError: WriteError, a full disk
         raise app.UsageError(str(error)) from None
     print(json.dumps({"averaged": path, "checkpoints": sources}))
 

@@ -44,7 +44,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     from tf_transformer.inference.export import export_run
-    from tf_transformer.run_dir import CheckpointError, default_checkpoint
+    from tf_transformer.run_dir import CheckpointError, WriteError, default_checkpoint
 
     try:
         checkpoint = FLAGS.checkpoint or default_checkpoint(FLAGS.model_dir)
@@ -61,7 +61,7 @@ def main(argv):
             streams=FLAGS.streams,
             overwrite=FLAGS.overwrite,
         )
-    except (FileNotFoundError, FileExistsError, CheckpointError) as error:
+    except (FileNotFoundError, FileExistsError, CheckpointError, WriteError) as error:
         raise app.UsageError(str(error)) from None
     print(json.dumps({"exported": path, "checkpoint": checkpoint}))
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
 
 from absl import app, flags, logging
 
@@ -46,6 +48,12 @@ flags.DEFINE_integer("vocab_size", None, "Shared SentencePiece vocabulary size (
 flags.DEFINE_enum("vocab_model_type", "bpe", ["bpe", "unigram"], "SentencePiece model type.")
 flags.DEFINE_integer("dev_bleu_sentences", 100, "Dev sentences translated for BLEU each epoch (0: none).")
 flags.DEFINE_float("max_minutes", None, "Stop after this many minutes of training (a time budget).")
+flags.DEFINE_string(
+    "init_from",
+    None,
+    "Start a new run from the weights of another run (its directory, or a checkpoint in it), with a new "
+    "optimizer and schedule, e.g. fine-tuning on new data; its vocabulary is used.",
+)
 flags.DEFINE_multi_string("set", [], "Override a config field, e.g. --set dropout=0.2 (repeatable).")
 
 
@@ -70,6 +78,8 @@ def main(argv):
         raise app.UsageError(f"--data {FLAGS.data!r}: no such directory or file prefix")
     from configs import get_config
     from pipelines import DataError
+    from tf_transformer.run_dir import WriteError
+    from tf_transformer.training.resume import ResumeError
     from tf_transformer.training.trainer import RunOptions, train
 
     logging.set_verbosity(logging.INFO)
@@ -96,14 +106,19 @@ def main(argv):
         vocab_model_type=FLAGS.vocab_model_type,
         dev_bleu_sentences=FLAGS.dev_bleu_sentences,
         max_minutes=FLAGS.max_minutes,
+        init_from=FLAGS.init_from,
         verbose="auto" if os.isatty(1) else 2,
     )
     print(f"TensorBoard: tensorboard --logdir {os.path.join(FLAGS.model_dir, 'logs')}", flush=True)
     try:
         summary = train(config, options, FLAGS.model_dir)
-    except DataError as error:
+    except (DataError, ResumeError) as error:
         raise app.UsageError(str(error)) from None
+    except WriteError as error:  # a full disk: nothing half-written is left, the message says what is intact
+        sys.exit(f"tft-train: {error}")
     print(json.dumps({k: v for k, v in summary.items() if k != "history"}))
+    if summary.get("stopped_by"):  # preempted, with a checkpoint: the status of the signal, as if it had killed
+        sys.exit(128 + signal.Signals[summary["stopped_by"]].value)
 
 
 def run():

@@ -27,7 +27,7 @@ from pipelines.vocab import Tokenizer
 from tf_transformer.atomic import replace_directory, staging_directory
 from tf_transformer.inference.precision import inference_copy
 from tf_transformer.inference.translator import Translator
-from tf_transformer.run_dir import restore_model, vocabulary_path
+from tf_transformer.run_dir import restore_model, vocabulary_path, write_failed
 
 
 def export_translator(translator: Translator, vocabulary_path: str, output: str, overwrite: bool = False) -> str:
@@ -67,6 +67,8 @@ def export_translator(translator: Translator, vocabulary_path: str, output: str,
         os.makedirs(os.path.join(target, "assets"), exist_ok=True)
         shutil.copyfile(vocabulary_path, os.path.join(target, "assets", "sp.model"))
         replace_directory(target, output)  # an existing export stays whole until the new one is in place
+    except (tf.errors.OpError, OSError) as error:  # a full disk, a quota: nothing of this export is left
+        raise write_failed("export", output, error, os.path.exists(output)) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return output

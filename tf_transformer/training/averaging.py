@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_transformer.atomic import replace_directory, staging_directory
-from tf_transformer.run_dir import checkpoint_dir, load_weights, restore_model
+from tf_transformer.run_dir import checkpoint_dir, load_weights, restore_model, write_failed
 
 
 def last_checkpoints(model_dir: str, last: int) -> list[str]:
@@ -48,7 +48,9 @@ def average_checkpoints(model_dir: str, last: int = 5, output: str | None = None
         with open(os.path.join(staging, "SOURCES"), "w") as handle:
             handle.write("\n".join(paths) + "\n")
         replace_directory(staging, output)  # a previous average stays whole until this one is in place
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(error, tf.errors.OpError | OSError):  # a full disk, a quota
+            raise write_failed("average", output, error, os.path.exists(output)) from None
         raise
     return os.path.join(output, "ckpt")

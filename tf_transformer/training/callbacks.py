@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+import signal
+import threading
 import time
 
 import keras
 import tensorflow as tf
 from absl import logging
 
+from tf_transformer import run_dir
 from tf_transformer.training.optimizers import current_learning_rate, micro_batches_done
 
 
@@ -37,29 +40,86 @@ class StepCheckpoint(keras.callbacks.Callback):
     def _updates(self) -> int:
         return int(self.model.optimizer.iterations.numpy())
 
-    def _save(self):
+    def at_update_boundary(self) -> bool:
+        """False in the middle of a gradient accumulation (the update is not complete)."""
+        return self.micro_steps == 1 or micro_batches_done(self.model.optimizer) % self.micro_steps == 0
+
+    def save(self) -> str | None:
+        """Saves now (once per step; never after a non-finite loss); returns the newest checkpoint."""
         if self._bad:
-            return
+            return None
         step = self._updates()
-        if step == self._last_saved:
-            return
-        path = self.manager.save(checkpoint_number=step)
-        self._last_saved = step
-        logging.info("Saved checkpoint %s", path)
+        if step != self._last_saved:
+            path = run_dir.save_checkpoint(self.manager, step)
+            self._last_saved = step
+            logging.info("Saved checkpoint %s", path)
+        return self.manager.latest_checkpoint
 
     def on_train_batch_end(self, batch, logs=None):
         if not _finite(logs):
             self._bad = True
             return
-        micro = micro_batches_done(self.model.optimizer) if self.micro_steps > 1 else None
-        if micro is not None and micro % self.micro_steps:
-            return  # mid-accumulation: the update is not complete
-        if self.every_steps and self._updates() % self.every_steps == 0:
-            self._save()
+        if self.every_steps and self.at_update_boundary() and self._updates() % self.every_steps == 0:
+            self.save()
 
     def on_epoch_end(self, epoch, logs=None):
         if _finite(logs):
-            self._save()
+            self.save()
+
+
+class Preempted(Exception):
+    """Training stopped on a signal after writing a checkpoint (see :class:`StopOnSignal`)."""
+
+    def __init__(self, signal_name: str, checkpoint: str | None, step: int):
+        super().__init__(f"{signal_name} at step {step}: saved {checkpoint}")
+        self.signal_name = signal_name
+        self.checkpoint = checkpoint
+        self.step = step
+
+
+class StopOnSignal(keras.callbacks.Callback):
+    """Preemption: on SIGTERM or SIGINT, a checkpoint at the next update boundary, then stop at once.
+
+    Preemptible VMs and Kubernetes evictions send SIGTERM and wait a grace period
+    before SIGKILL; Ctrl-C sends SIGINT. The handler only records the signal: the
+    checkpoint is written between steps, once the update is complete (never in the
+    middle of a gradient accumulation), so the rerun resumes exactly. Training then
+    ends by raising :class:`Preempted`, skipping the epoch's validation and dev
+    BLEU, which the grace period may not cover. A second SIGINT interrupts at once.
+
+    Use as a context manager around ``fit``: the handlers are installed on entry
+    (in the main thread only, where Python delivers signals) and restored on exit.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, checkpoint: StepCheckpoint):
+        super().__init__()
+        self.checkpoint = checkpoint
+        self.received: str | None = None
+        self._previous = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {number: signal.signal(number, self._handle) for number in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc_info):
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+        self._previous = {}
+
+    def _handle(self, number, frame):
+        if self.received and number == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received = signal.Signals(number).name
+        logging.warning("%s received: saving a checkpoint at the end of this step, then stopping", self.received)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.received and self.checkpoint.at_update_boundary():
+            self.model.stop_training = True
+            step = int(self.model.optimizer.iterations.numpy())
+            raise Preempted(self.received, self.checkpoint.save(), step)
 
 
 class StopAtStep(keras.callbacks.Callback):

@@ -29,6 +29,7 @@ from tf_transformer import run_dir
 from tf_transformer.model import build_transformer
 from tf_transformer.training.losses import LabelSmoothedCrossEntropy
 from tf_transformer.training.optimizers import current_learning_rate
+from tf_transformer.training.resume import training_checkpoint
 from tf_transformer.training.schedules import paper_optimizer
 
 
@@ -76,7 +77,7 @@ def train_multi_worker(config: TransformerConfig, options, model_dir: str, strat
         optimizer = paper_optimizer(config.d_model, config.warmup_steps, config.learning_rate_scale)
         optimizer.build(model.trainable_variables)
     smoothing = LabelSmoothedCrossEntropy(config.label_smoothing)
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    checkpoint = training_checkpoint(model, optimizer)
     chief_checkpoints = os.path.join(model_dir, "checkpoints")
     manager = tf.train.CheckpointManager(
         checkpoint, os.path.join(work_dir, "checkpoints"), max_to_keep=options.keep_checkpoints

@@ -22,11 +22,14 @@ from configs import RunOptions, TransformerConfig
 from tf_transformer import run_dir
 from tf_transformer.inference import IncrementalDecoder, greedy_search
 from tf_transformer.model import build_transformer
+from tf_transformer.training import resume
 from tf_transformer.training.callbacks import (
+    Preempted,
     ProgressLogger,
     StepCheckpoint,
     StopAfterMinutes,
     StopAtStep,
+    StopOnSignal,
     TargetTokens,
     TrainingMonitor,
 )
@@ -97,12 +100,21 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
     jit_compile = default_jit_compile() if options.jit_compile is None else options.jit_compile
     accumulate = max(1, options.accumulate_steps)
 
+    run = {**dataclasses.asdict(options), "num_replicas": strategy.num_replicas_in_sync}
+    resuming = tf.train.get_checkpoint_state(run_dir.checkpoint_dir(model_dir)) is not None
+    if resuming:
+        resume.check_unchanged(model_dir, config, run)  # before config.json is rewritten
+    elif options.init_from:
+        source_dir, init_checkpoint = resume.source_run(options.init_from)
+        resume.take_vocabulary(model_dir, source_dir)
     corpus = pipelines.find_split(options.data, options.train_split, options.src, options.tgt)
     tokenizer = run_dir.make_vocabulary(
         model_dir, corpus, options.vocab_size or config.vocab_size, options.vocab_model_type, options.seed
     )
     config = config.replace(vocab_size=tokenizer.vocab_size)
-    run_dir.save_run(model_dir, config, dataclasses.asdict(options))
+    if options.init_from and not resuming:
+        resume.check_architecture(config, run_dir.load_run(source_dir)[0], source_dir)
+    run_dir.save_run(model_dir, config, run)
     tokens = options.tokens or config.tokens_per_batch
     max_length = options.max_length or config.max_sequence_length
     data = pipelines.training_dataset(
@@ -147,13 +159,22 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
         model = build_transformer(config)
         compile_model(model, config, accumulate, jit_compile)
         model.optimizer.build(model.trainable_variables)
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    checkpoint = resume.training_checkpoint(model)
     manager = tf.train.CheckpointManager(
         checkpoint, run_dir.checkpoint_dir(model_dir), max_to_keep=options.keep_checkpoints
     )
-    resumed = run_dir.restore_newest_readable(checkpoint, manager)
+    resumed = run_dir.restore_newest_readable(
+        lambda path: checkpoint if resume.has_dropout_seeds(path) else resume.without_dropout_seeds(model, path),
+        manager,
+    )
     if resumed:
         logging.info("Resumed from %s", resumed)
+    elif options.init_from:
+        # Through a model of its own: the compiled model's checkpoint would also restore the optimizer.
+        source, _ = run_dir.restore_model(source_dir, init_checkpoint)
+        for weight, value in zip(model.weights, source.weights, strict=True):
+            weight.assign(value)
+        logging.info("Initialized the weights from %s; the optimizer and the schedule start at step 0", init_checkpoint)
     done_micro = micro_batches_done(model.optimizer)
     log_dir = os.path.join(model_dir, "logs")
     monitor = TrainingMonitor(
@@ -164,19 +185,23 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
         translate=translate_fn(model, tokenizer, config.extra_decode_length) if dev_sources else None,
     )
     train_steps = math.ceil(total_micro / accumulate)
+    checkpointer = StepCheckpoint(manager, options.checkpoint_every, accumulate)
+    stop_on_signal = StopOnSignal(checkpointer)
     callbacks = [
         keras.callbacks.TerminateOnNaN(),
-        StepCheckpoint(manager, options.checkpoint_every, accumulate),
+        checkpointer,
+        stop_on_signal,
         StopAtStep(train_steps),
         monitor,
         keras.callbacks.TensorBoard(log_dir, update_freq="epoch"),
     ]
     if options.verbose:  # after the monitor, whose dev BLEU it shows
-        callbacks.insert(4, ProgressLogger(train_steps, options.max_minutes, options.budget_start))
+        callbacks.insert(5, ProgressLogger(train_steps, options.max_minutes, options.budget_start))
     if options.max_minutes:
-        callbacks.insert(2, StopAfterMinutes(options.max_minutes, options.budget_start))
+        callbacks.insert(3, StopAfterMinutes(options.max_minutes, options.budget_start))
     start = time.perf_counter()
     history = {}
+    stopped_by = None
     if done_micro < total_micro:
         # Resume where the checkpoint was written: skip the micro-batches already
         # trained on (the data order is deterministic for a seed) in one fit call,
@@ -185,17 +210,27 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
         # the epoch already done; the step count and the batches are unchanged.
         initial_epoch = done_micro // steps_per_epoch
         epochs = initial_epoch + math.ceil((total_micro - done_micro) / steps_per_epoch)
-        result = model.fit(
-            data.dataset.skip(done_micro),
-            validation_data=validation,
-            epochs=epochs,
-            initial_epoch=initial_epoch,
-            steps_per_epoch=steps_per_epoch,
-            callbacks=callbacks,
-            shuffle=False,  # the pipeline shuffles (fit's shuffle would be ignored, with a warning)
-            verbose=0,  # ProgressLogger: Keras's "Epoch 1/N" counts toward the epochs given to fit, not the run's end
-        )
-        history = {key: [float(v) for v in values] for key, values in result.history.items()}
+        try:
+            with stop_on_signal:
+                result = model.fit(
+                    data.dataset.skip(done_micro),
+                    validation_data=validation,
+                    epochs=epochs,
+                    initial_epoch=initial_epoch,
+                    steps_per_epoch=steps_per_epoch,
+                    callbacks=callbacks,
+                    shuffle=False,  # the pipeline shuffles (fit's shuffle would be ignored, with a warning)
+                    verbose=0,  # ProgressLogger: Keras's "Epoch 1/N" counts toward the epochs given to fit
+                )
+            history = {key: [float(v) for v in values] for key, values in result.history.items()}
+        except Preempted as stop:
+            stopped_by = stop.signal_name
+            logging.warning(
+                "Stopped by %s at step %d with checkpoint %s: run the same command again to resume",
+                stop.signal_name,
+                stop.step,
+                stop.checkpoint,
+            )
     seconds = time.perf_counter() - start
     summary = {
         "model_dir": model_dir,
@@ -208,6 +243,7 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
         "history": history,
         "dev_bleu": monitor.last_bleu,
         "latest_checkpoint": manager.latest_checkpoint,
+        "stopped_by": stopped_by,
     }
     run_dir.save_json(os.path.join(model_dir, "train_summary.json"), summary)
     return summary

@@ -1,0 +1,119 @@
+"""Exact resume: a run killed (SIGKILL) or preempted (SIGTERM, SIGINT) and rerun with the same command
+ends with the checkpoint an uninterrupted run writes, bit for bit, dropout on (the preset's 0.1)."""
+
+import json
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+BIN = pathlib.Path(sys.executable).parent
+STEPS = 24
+EVERY = 8
+
+
+def _command(corpus, model_dir, precision, accumulate):
+    return [
+        str(BIN / "tft-train"),
+        "--config=tiny",
+        f"--data={corpus}",
+        "--dev_split=",
+        f"--train_steps={STEPS}",
+        f"--checkpoint_every={EVERY}",
+        "--keep_checkpoints=20",
+        "--tokens=512",
+        "--max_length=64",
+        "--vocab_size=120",
+        f"--precision={precision}",
+        f"--accumulate_steps={accumulate}",
+        f"--model_dir={model_dir}",
+    ]
+
+
+def _run(command):
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _latest_step(model_dir) -> int:
+    latest = tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
+    return int(latest.rsplit("-", 1)[1]) if latest else 0
+
+
+def _interrupt(command, model_dir, after_step: int, delay: float, sig=signal.SIGKILL):
+    """Starts ``command`` and sends ``sig`` ``delay`` seconds after checkpoint ``after_step`` is listed."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and _latest_step(model_dir) < after_step and process.poll() is None:
+            time.sleep(0.02)
+        time.sleep(delay)
+        process.send_signal(sig)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert _latest_step(model_dir) < STEPS, "the run ended before it was interrupted: nothing was tested"
+    return process.returncode, out, err
+
+
+def _tensors(model_dir, step: int) -> dict:
+    reader = tf.train.load_checkpoint(str(model_dir / "checkpoints" / f"ckpt-{step}"))
+    return {
+        name: reader.get_tensor(name)
+        for name in reader.get_variable_to_shape_map()
+        if not name.startswith(("save_counter", "_CHECKPOINTABLE_OBJECT_GRAPH"))
+    }
+
+
+def _assert_identical(model_dir, reference_dir):
+    got, expected = _tensors(model_dir, STEPS), _tensors(reference_dir, STEPS)
+    assert sorted(got) == sorted(expected)
+    assert any("seed" in name for name in got), "the dropout random state is not in the checkpoint"
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16", "mixed_float16"])
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_killed_twice_and_rerun_ends_bit_identical(tmp_path, train_corpus_dir, precision, accumulate):
+    """Killed once between checkpoints and once as a checkpoint appears; every tensor of the final
+    checkpoint (weights, Adam moments, accumulators, loss scale, dropout seeds) equals the reference's."""
+    reference = tmp_path / "reference"
+    _run(_command(train_corpus_dir, reference, precision, accumulate))
+    run = tmp_path / "run"
+    command = _command(train_corpus_dir, run, precision, accumulate)
+    code, _, _ = _interrupt(command, run, after_step=EVERY, delay=0.15)  # between checkpoints
+    assert code == -signal.SIGKILL
+    code, _, _ = _interrupt(command, run, after_step=2 * EVERY, delay=0.0)  # as a checkpoint is written
+    assert code == -signal.SIGKILL
+    resumed = _run(command)
+    assert "Resumed from" in resumed.stderr
+    _assert_identical(run, reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_preempted_run_checkpoints_exits_and_resumes_bit_identical(tmp_path, train_corpus_dir, sig):
+    """SIGTERM (a preemptible VM, a Kubernetes eviction) or SIGINT (Ctrl-C): a checkpoint at the next
+    step boundary, exit status 128 + the signal's number, and a rerun that ends as an uninterrupted run."""
+    reference = tmp_path / "reference"
+    _run(_command(train_corpus_dir, reference, "float32", 2))
+    run = tmp_path / "run"
+    command = _command(train_corpus_dir, run, "float32", 2)
+    code, out, err = _interrupt(command, run, after_step=EVERY, delay=0.15, sig=sig)
+    assert code == 128 + sig, err[-3000:]
+    stopped_at = _latest_step(run)
+    assert stopped_at > EVERY and stopped_at % EVERY, "no checkpoint at the step the signal arrived"
+    assert f"ckpt-{stopped_at}" in err and signal.Signals(sig).name in err
+    summary = json.loads((run / "train_summary.json").read_text())
+    assert summary["stopped_by"] == signal.Signals(sig).name and summary["steps"] == stopped_at
+    _run(command)
+    _assert_identical(run, reference)

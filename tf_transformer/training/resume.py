@@ -1,0 +1,176 @@
+"""What a run needs to continue exactly where it stopped: the checkpoint's contents.
+
+A resumed run must make the same updates as an uninterrupted one. Three things
+decide them: the weights and optimizer state (Adam's moments, the step, the
+gradient accumulators, the loss scale under ``mixed_float16``), the batches
+(a function of the seed and the number of micro-batches done, see
+``pipelines.training_dataset``), and the dropout masks (section 5.4). Keras
+draws those from each ``Dropout`` layer's seed generator, whose state is a
+variable of the layer but not one of its weights: without it in the
+checkpoint, a resumed run draws the masks of step 0 again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+from configs import TransformerConfig
+from tf_transformer import run_dir
+
+SEEDS = "dropout_seeds"
+
+# Run options that decide which batch comes at which step, or the learning rate
+# of a step: a resumed run must keep them. (``train_steps``, ``epochs``, the
+# checkpoint and logging cadence, the precision and the dev split may change.)
+STREAM_OPTIONS = (
+    "data",
+    "src",
+    "tgt",
+    "train_split",
+    "tokens",
+    "max_length",
+    "seed",
+    "accumulate_steps",
+    "num_replicas",
+    "vocab_size",
+    "vocab_model_type",
+    "init_from",
+)
+
+# Model config fields a run started from another run's weights may change
+# (fine-tuning); every other field must match, or the weights mean something else.
+TRAINING_FIELDS = frozenset(
+    {
+        "name",
+        "dropout",
+        "attention_dropout",
+        "relu_dropout",
+        "label_smoothing",
+        "warmup_steps",
+        "learning_rate_scale",
+        "train_steps",
+        "tokens_per_batch",
+        "max_sequence_length",
+        "beam_size",
+        "length_penalty",
+        "extra_decode_length",
+    }
+)
+
+
+class ResumeError(ValueError):
+    """A run directory cannot be resumed (or started from) as asked; the message says why and what to do."""
+
+
+def stream_options(config: TransformerConfig, run: dict) -> dict:
+    """The values of :data:`STREAM_OPTIONS` in effect (a preset's default where the option was not given)."""
+    values = {name: run.get(name) for name in STREAM_OPTIONS}
+    values["tokens"] = run.get("tokens") or config.tokens_per_batch
+    values["max_length"] = run.get("max_length") or config.max_sequence_length
+    if values["data"] and not str(values["data"]).startswith("tfds:"):
+        values["data"] = os.path.realpath(values["data"])
+    return values
+
+
+def check_unchanged(model_dir: str, config: TransformerConfig, run: dict) -> None:
+    """Refuses to resume ``model_dir`` with options that would change its data stream or schedule.
+
+    Every changed option is named with its old and new value. Options the stored
+    run does not record (older runs) are not compared.
+    """
+    stored_config, stored_run = run_dir.load_run(model_dir)
+    old, new = stream_options(stored_config, stored_run), stream_options(config, run)
+    changed = [
+        f"--{name} {old[name]} → {new[name]}"
+        for name in STREAM_OPTIONS
+        if (name in stored_run or name in ("tokens", "max_length")) and old[name] != new[name]
+    ]
+    if changed:
+        raise ResumeError(
+            f"{model_dir} holds checkpoints of a run with other options: {'; '.join(changed)}. "
+            "Resuming with them would train on other batches or another learning-rate schedule. "
+            "Rerun with the run's own options to resume it, or start a new run from its weights "
+            f"with a new schedule: --model_dir NEW_DIR --init_from {model_dir}"
+        )
+
+
+def source_run(path: str) -> tuple[str, str]:
+    """``(run directory, checkpoint)`` for ``--init_from``: a run directory (its default checkpoint),
+    or a checkpoint prefix inside one (``RUN/checkpoints/ckpt-N``, ``RUN/averaged/ckpt``)."""
+    if os.path.exists(os.path.join(path, run_dir.CONFIG_FILE)):
+        return path, run_dir.default_checkpoint(path)
+    directory = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    if not tf.io.gfile.exists(path + ".index"):
+        raise ResumeError(f"--init_from {path}: no such run directory or checkpoint (no {path}.index)")
+    if not os.path.exists(os.path.join(directory, run_dir.CONFIG_FILE)):
+        raise ResumeError(f"--init_from {path}: no {run_dir.CONFIG_FILE} in {directory}, the run it belongs to")
+    return directory, path
+
+
+def take_vocabulary(model_dir: str, source_dir: str) -> None:
+    """Gives ``model_dir`` the vocabulary of the run its weights come from: the embeddings are indexed by
+    its pieces. A vocabulary already in ``model_dir`` must be the same file."""
+    source, target = run_dir.vocabulary_path(source_dir), run_dir.vocabulary_path(model_dir)
+    if not os.path.exists(target):
+        os.makedirs(model_dir, exist_ok=True)
+        shutil.copyfile(source, target + ".partial")
+        os.replace(target + ".partial", target)
+        return
+    with open(source, "rb") as a, open(target, "rb") as b:
+        if a.read() != b.read():
+            raise ResumeError(
+                f"--init_from: {target} differs from {source}, the vocabulary the weights were trained with; "
+                f"remove {target} to use the source run's"
+            )
+
+
+def check_architecture(config: TransformerConfig, source_config: TransformerConfig, source_dir: str) -> None:
+    """The model config may differ from the source run's only in training fields (:data:`TRAINING_FIELDS`)."""
+    differing = [
+        f"{f.name} {getattr(source_config, f.name)} → {getattr(config, f.name)}"
+        for f in dataclasses.fields(config)
+        if f.name not in TRAINING_FIELDS and getattr(config, f.name) != getattr(source_config, f.name)
+    ]
+    if differing:
+        raise ResumeError(
+            f"--init_from {source_dir}: the model differs from that run's ({'; '.join(differing)}); "
+            "start from a run of the same architecture"
+        )
+
+
+def dropout_seeds(model: keras.Model) -> list:
+    """The state variables of the model's seed generators, in the model's layer order.
+
+    A list, not a mapping by name: Keras numbers seed generators per process
+    (``seed_generator_7``), while the layer order is fixed by the config.
+    """
+    weights = {id(weight) for weight in model.weights}
+    return [v for v in model.variables if id(v) not in weights and v.path.endswith("seed_generator_state")]
+
+
+def training_checkpoint(model: keras.Model, optimizer: keras.optimizers.Optimizer | None = None) -> tf.train.Checkpoint:
+    """The checkpoint of a training run: model, optimizer (the compiled one by default) and the dropout state."""
+    optimizer = optimizer or model.optimizer
+    return tf.train.Checkpoint(model=model, optimizer=optimizer, **{SEEDS: dropout_seeds(model)})
+
+
+def has_dropout_seeds(path: str) -> bool:
+    """Whether the checkpoint at ``path`` holds the dropout random state (older ones do not)."""
+    names = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    return any(name.startswith(f"{SEEDS}/") for name in names)
+
+
+def without_dropout_seeds(model: keras.Model, path: str) -> tf.train.Checkpoint:
+    """The checkpoint object to restore ``path`` into when it predates the dropout state, with a warning."""
+    logging.warning(
+        "%s holds no dropout random state (written by an older version): training resumes, "
+        "but its dropout masks, and so its weights, will differ from an uninterrupted run's",
+        path,
+    )
+    return tf.train.Checkpoint(model=model, optimizer=model.optimizer)
