@@ -117,3 +117,37 @@ def test_preempted_run_checkpoints_exits_and_resumes_bit_identical(tmp_path, tra
     assert summary["stopped_by"] == signal.Signals(sig).name and summary["steps"] == stopped_at
     _run(command)
     _assert_identical(run, reference)
+
+
+@pytest.mark.slow
+def test_skipped_mixed_float16_steps_count_as_data_taken(tmp_path, corpus_dir, monkeypatch):
+    """A float16 step whose gradients overflow is skipped (the loss scale halves) without moving the
+    optimizer's step, but its batch was used: the resume point is the data's own count."""
+    import keras
+    from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer
+
+    from configs import get_config
+    from tests.corpora import tiny_options
+    from tf_transformer.training.trainer import train
+
+    original = LossScaleOptimizer.__init__
+
+    def start_high(self, inner_optimizer, initial_scale=2.0**15, **kwargs):  # overflows for the first steps
+        original(self, inner_optimizer, initial_scale=2.0**26, **kwargs)
+
+    monkeypatch.setattr(LossScaleOptimizer, "__init__", start_high)
+    config = get_config("tiny")
+    reference, run = tmp_path / "reference", tmp_path / "run"
+
+    def options(steps):
+        return tiny_options(corpus_dir, precision="mixed_float16", train_steps=steps, checkpoint_every=3)
+
+    assert train(config, options(6), str(reference))["steps"] == 6  # the skipped steps are made up
+    train(config, options(3), str(run))
+    reader = tf.train.load_checkpoint(str(run / "checkpoints" / "ckpt-3"))
+    position = int(reader.get_tensor("data_position/.ATTRIBUTES/VARIABLE_VALUE"))
+    assert position > 3, "no step was skipped: the test needs a higher initial loss scale"
+    keras.config.set_dtype_policy("float32")
+    train(config, options(6), str(run))
+    monkeypatch.setattr(sys.modules[__name__], "STEPS", 6)
+    _assert_identical(run, reference)

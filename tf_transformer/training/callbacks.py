@@ -20,6 +20,24 @@ def _finite(logs) -> bool:
     return loss is None or math.isfinite(float(loss))
 
 
+class DataPosition(keras.callbacks.Callback):
+    """Counts the micro-batches training has taken from its data: where a resumed run continues.
+
+    Not the optimizer's step: under ``mixed_float16`` a step whose gradients
+    overflow is skipped (the loss scale halves) without counting as an update,
+    yet its batch was used. ``batches`` is a variable of the training checkpoint
+    (:func:`~tf_transformer.training.resume.training_checkpoint`); put this
+    callback first, so a checkpoint written at the end of a batch counts it.
+    """
+
+    def __init__(self, start: int = 0):
+        super().__init__()
+        self.batches = tf.Variable(start, dtype=tf.int64, trainable=False, name="data_position")
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches.assign_add(1)
+
+
 class StepCheckpoint(keras.callbacks.Callback):
     """Saves model and optimizer every ``every_steps`` updates and at each epoch end.
 
@@ -59,7 +77,8 @@ class StepCheckpoint(keras.callbacks.Callback):
         if not _finite(logs):
             self._bad = True
             return
-        if self.every_steps and self.at_update_boundary() and self._updates() % self.every_steps == 0:
+        step = self._updates()
+        if self.every_steps and step and step % self.every_steps == 0 and self.at_update_boundary():
             self.save()
 
     def on_epoch_end(self, epoch, logs=None):

@@ -3,11 +3,16 @@
 A resumed run must make the same updates as an uninterrupted one. Three things
 decide them: the weights and optimizer state (Adam's moments, the step, the
 gradient accumulators, the loss scale under ``mixed_float16``), the batches
-(a function of the seed and the number of micro-batches done, see
-``pipelines.training_dataset``), and the dropout masks (section 5.4). Keras
-draws those from each ``Dropout`` layer's seed generator, whose state is a
-variable of the layer but not one of its weights: without it in the
+(a function of the seed and of the micro-batches taken so far, which the
+checkpoint counts itself: under ``mixed_float16`` a skipped step uses a batch
+without moving the optimizer's step), and the dropout masks (section 5.4).
+Keras draws those from each ``Dropout`` layer's seed generator, whose state is
+a variable of the layer but not one of its weights: without it in the
 checkpoint, a resumed run draws the masks of step 0 again.
+
+The same module checks that a resumed run keeps the options that decide its
+batches and schedule, and starts new runs from another run's weights
+(``--init_from``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from configs import TransformerConfig
 from tf_transformer import run_dir
 
 SEEDS = "dropout_seeds"
+POSITION = "data_position"
+_PARTS = ("model", "optimizer", SEEDS, POSITION)
 
 # Run options that decide which batch comes at which step, or the learning rate
 # of a step: a resumed run must keep them. (``train_steps``, ``epochs``, the
@@ -154,23 +161,36 @@ def dropout_seeds(model: keras.Model) -> list:
     return [v for v in model.variables if id(v) not in weights and v.path.endswith("seed_generator_state")]
 
 
-def training_checkpoint(model: keras.Model, optimizer: keras.optimizers.Optimizer | None = None) -> tf.train.Checkpoint:
-    """The checkpoint of a training run: model, optimizer (the compiled one by default) and the dropout state."""
-    optimizer = optimizer or model.optimizer
-    return tf.train.Checkpoint(model=model, optimizer=optimizer, **{SEEDS: dropout_seeds(model)})
+def training_checkpoint(
+    model: keras.Model, optimizer: keras.optimizers.Optimizer | None = None, data_position: tf.Variable | None = None
+) -> tf.train.Checkpoint:
+    """The checkpoint of a training run: model, optimizer (the compiled one by default), the dropout state
+    and the micro-batches taken from the data (``DataPosition.batches``)."""
+    parts = {"model": model, "optimizer": optimizer or model.optimizer, SEEDS: dropout_seeds(model)}
+    if data_position is not None:
+        parts[POSITION] = data_position
+    return tf.train.Checkpoint(**parts)
 
 
-def has_dropout_seeds(path: str) -> bool:
-    """Whether the checkpoint at ``path`` holds the dropout random state (older ones do not)."""
-    names = tf.train.load_checkpoint(path).get_variable_to_shape_map()
-    return any(name.startswith(f"{SEEDS}/") for name in names)
+def restorable(checkpoint: tf.train.Checkpoint, path: str) -> tf.train.Checkpoint:
+    """``checkpoint``, or for a checkpoint written by an older version the part of it that ``path`` holds.
+
+    Without the dropout state a run resumes with other dropout masks (a warning
+    says so); without the data position it continues at the optimizer's step.
+    """
+    parts = {name: getattr(checkpoint, name) for name in _PARTS if hasattr(checkpoint, name)}
+    missing = [name for name in (SEEDS, POSITION) if name in parts and not holds(path, name)]
+    if not missing:
+        return checkpoint
+    if SEEDS in missing:
+        logging.warning(
+            "%s holds no dropout random state (written by an older version): training resumes, "
+            "but its dropout masks, and so its weights, will differ from an uninterrupted run's",
+            path,
+        )
+    return tf.train.Checkpoint(**{name: value for name, value in parts.items() if name not in missing})
 
 
-def without_dropout_seeds(model: keras.Model, path: str) -> tf.train.Checkpoint:
-    """The checkpoint object to restore ``path`` into when it predates the dropout state, with a warning."""
-    logging.warning(
-        "%s holds no dropout random state (written by an older version): training resumes, "
-        "but its dropout masks, and so its weights, will differ from an uninterrupted run's",
-        path,
-    )
-    return tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+def holds(path: str, part: str) -> bool:
+    """Whether the checkpoint at ``path`` holds ``part`` (e.g. :data:`POSITION`; older ones do not)."""
+    return any(key.startswith(f"{part}/") for key in tf.train.load_checkpoint(path).get_variable_to_shape_map())

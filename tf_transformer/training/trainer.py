@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 import time
 
 import keras
@@ -24,6 +25,7 @@ from tf_transformer.inference import IncrementalDecoder, greedy_search
 from tf_transformer.model import build_transformer
 from tf_transformer.training import resume
 from tf_transformer.training.callbacks import (
+    DataPosition,
     Preempted,
     ProgressLogger,
     StepCheckpoint,
@@ -159,14 +161,12 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
         model = build_transformer(config)
         compile_model(model, config, accumulate, jit_compile)
         model.optimizer.build(model.trainable_variables)
-    checkpoint = resume.training_checkpoint(model)
+    position = DataPosition()
+    checkpoint = resume.training_checkpoint(model, data_position=position.batches)
     manager = tf.train.CheckpointManager(
         checkpoint, run_dir.checkpoint_dir(model_dir), max_to_keep=options.keep_checkpoints
     )
-    resumed = run_dir.restore_newest_readable(
-        lambda path: checkpoint if resume.has_dropout_seeds(path) else resume.without_dropout_seeds(model, path),
-        manager,
-    )
+    resumed = run_dir.restore_newest_readable(lambda path: resume.restorable(checkpoint, path), manager)
     if resumed:
         logging.info("Resumed from %s", resumed)
     elif options.init_from:
@@ -175,7 +175,9 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
         for weight, value in zip(model.weights, source.weights, strict=True):
             weight.assign(value)
         logging.info("Initialized the weights from %s; the optimizer and the schedule start at step 0", init_checkpoint)
-    done_micro = micro_batches_done(model.optimizer)
+    if resumed and not resume.holds(resumed, resume.POSITION):  # written by an older version
+        position.batches.assign(micro_batches_done(model.optimizer))
+    done_micro = int(position.batches.numpy())
     log_dir = os.path.join(model_dir, "logs")
     monitor = TrainingMonitor(
         log_dir,
@@ -188,6 +190,7 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
     checkpointer = StepCheckpoint(manager, options.checkpoint_every, accumulate)
     stop_on_signal = StopOnSignal(checkpointer)
     callbacks = [
+        position,  # first: a checkpoint written at the end of a batch counts it
         keras.callbacks.TerminateOnNaN(),
         checkpointer,
         stop_on_signal,
@@ -196,20 +199,24 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
         keras.callbacks.TensorBoard(log_dir, update_freq="epoch"),
     ]
     if options.verbose:  # after the monitor, whose dev BLEU it shows
-        callbacks.insert(5, ProgressLogger(train_steps, options.max_minutes, options.budget_start))
+        callbacks.insert(6, ProgressLogger(train_steps, options.max_minutes, options.budget_start))
     if options.max_minutes:
-        callbacks.insert(3, StopAfterMinutes(options.max_minutes, options.budget_start))
+        callbacks.insert(4, StopAfterMinutes(options.max_minutes, options.budget_start))
     start = time.perf_counter()
     history = {}
     stopped_by = None
-    if done_micro < total_micro:
+    # A run of a number of epochs ends with its data; one of a number of steps ends at StopAtStep: under
+    # mixed_float16 a step skipped on overflow takes a batch without counting, so fit gets epochs to spare.
+    by_epochs = bool(options.epochs and not options.train_steps)
+    steps_left = int(model.optimizer.iterations.numpy()) < train_steps
+    if (done_micro < total_micro) if by_epochs else steps_left:
         # Resume where the checkpoint was written: skip the micro-batches already
         # trained on (the data order is deterministic for a seed) in one fit call,
         # so the data is iterated once, exactly as in an uninterrupted run. After a
         # mid-epoch resume, epoch boundaries (validation, BLEU) shift by the part of
         # the epoch already done; the step count and the batches are unchanged.
         initial_epoch = done_micro // steps_per_epoch
-        epochs = initial_epoch + math.ceil((total_micro - done_micro) / steps_per_epoch)
+        epochs = initial_epoch + math.ceil((total_micro - done_micro) / steps_per_epoch) if by_epochs else sys.maxsize
         try:
             with stop_on_signal:
                 result = model.fit(
