@@ -2,7 +2,8 @@
 
 Every local source is validated before anything is built on it, and bad input
 stops with an error that names the file and line: a missing file, invalid
-UTF-8, mismatched line counts, a TSV line without exactly one tab.
+UTF-8, a NUL byte, mismatched line counts, a TSV line without exactly one tab.
+Lines are read by :mod:`pipelines.text_lines`, the same way in Python and tf.data.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from collections.abc import Iterator
 
 import tensorflow as tf
 
-
-class DataError(ValueError):
-    """Bad input data; the message names the file, line or field."""
+from pipelines.text_lines import DataError, line_dataset, read_lines
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,25 +43,25 @@ class ParallelText:
         return "|".join(parts)
 
     def pairs(self) -> Iterator[tuple[str, str]]:
-        """Yields (source, target) strings in file order (Python side, for vocabularies)."""
+        """Yields (source, target) strings in file order: the pairs :meth:`dataset` gives, in Python."""
         if self.tsv_path:
-            with open(self.tsv_path, encoding="utf-8") as tsv:
-                for line in tsv:
-                    source, target = line.rstrip("\r\n").split("\t")
-                    yield source, target
+            for line in read_lines(self.tsv_path):
+                source, target = line.split("\t")
+                yield source, target
             return
-        with open(self.source_path, encoding="utf-8") as src, open(self.target_path, encoding="utf-8") as tgt:
-            for source, target in zip(src, tgt, strict=True):
-                yield source.rstrip("\r\n"), target.rstrip("\r\n")
+        try:
+            yield from zip(read_lines(self.source_path), read_lines(self.target_path), strict=True)
+        except ValueError as error:  # the files changed since they were validated
+            if isinstance(error, DataError):
+                raise
+            raise DataError(f"{self.source_path} and {self.target_path} no longer have equal line counts") from None
 
     def dataset(self) -> tf.data.Dataset:
         """``(source, target)`` string pairs as a tf.data pipeline, in file order."""
         if self.tsv_path:
-            lines = tf.data.TextLineDataset(self.tsv_path)
+            lines = line_dataset(self.tsv_path)
             return lines.map(_split_tsv, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        return tf.data.Dataset.zip(
-            (tf.data.TextLineDataset(self.source_path), tf.data.TextLineDataset(self.target_path))
-        )
+        return tf.data.Dataset.zip((line_dataset(self.source_path), line_dataset(self.target_path)))
 
 
 def _split_tsv(line):
@@ -78,20 +77,13 @@ def _check_file(path: str, what: str) -> None:
 
 
 def count_valid_lines(path: str, tsv: bool = False) -> int:
-    """Counts lines, raising :class:`DataError` at the first invalid UTF-8 (or TSV) line."""
+    """Counts lines, raising :class:`DataError` at the first invalid line (UTF-8, NUL byte, TSV fields)."""
     count = 0
-    with open(path, "rb") as stream:
-        for number, raw in enumerate(stream, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise DataError(
-                    f"{path}:{number}: invalid UTF-8 at byte {error.start} of the line ({raw[:60]!r}…)"
-                ) from None
-            if tsv and line.rstrip("\r\n").count("\t") != 1:
-                tabs = line.rstrip("\r\n").count("\t")
-                raise DataError(f"{path}:{number}: expected 'source<TAB>target' (exactly one tab), found {tabs} tabs")
-            count = number
+    for count, line in enumerate(read_lines(path), start=1):
+        if tsv and line.count("\t") != 1:
+            raise DataError(
+                f"{path}:{count}: expected 'source<TAB>target' (exactly one tab), found {line.count(chr(9))} tabs"
+            )
     return count
 
 
