@@ -9,10 +9,12 @@ Lines are read by :mod:`pipelines.text_lines`, the same way in Python and tf.dat
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from collections.abc import Iterator
 
 import tensorflow as tf
+from absl import logging
 
 from pipelines.text_lines import DataError, line_dataset, read_lines
 
@@ -166,18 +168,38 @@ def text_cache_dir() -> str:
     return os.environ.get("TFT_TEXT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tf_transformer", "text")
 
 
+def tfds_text_dir(full_name: str, data_dir: str) -> str:
+    """Where a TFDS dataset's splits go as text, under :func:`text_cache_dir`.
+
+    ``full_name`` is TFDS's ``name/config/version`` and ``data_dir`` the
+    directory TFDS reads that version from: a new version, or the same name
+    prepared in another ``data_dir``, gets its own text files instead of
+    reusing text written from different data.
+    """
+    digest = hashlib.sha256(os.path.abspath(os.path.expanduser(data_dir)).encode()).hexdigest()[:10]
+    return os.path.join(text_cache_dir(), f"{full_name.replace('/', '__')}__{digest}")
+
+
 def tfds_to_files(
     name: str, split: str, src: str, tgt: str, out_dir: str | None = None, data_dir: str | None = None
 ) -> ParallelText:
     """Writes a TFDS translation split as ``{split}.{src}``/``{split}.{tgt}`` text files, once.
 
-    The files go to ``out_dir`` (default: ``text_cache_dir()/NAME``), through
-    temporary names renamed into place, so an interrupted export is redone and
-    never read half-written. Line breaks inside a sentence become spaces (one
-    sentence per line); nothing is dropped. Vocabulary training, caching and
-    evaluation then read plain files, like any other corpus.
+    The files go to ``out_dir`` (default: :func:`tfds_text_dir` of the dataset's
+    version and TFDS data directory), through temporary names renamed into
+    place, so an interrupted export is redone and never read half-written. Line
+    breaks inside a sentence become spaces (one sentence per line); nothing is
+    dropped. Vocabulary training, caching and evaluation then read plain files,
+    like any other corpus.
     """
-    out_dir = out_dir or os.path.join(text_cache_dir(), name.replace("/", "__"))
+    if out_dir is None:
+        import tensorflow_datasets as tfds
+
+        try:
+            builder = tfds.builder(name, data_dir=data_dir)
+        except Exception as error:  # an unknown name, or a builder that needs the network
+            raise DataError(f"No TFDS dataset {name!r} (data_dir {data_dir!r}): {error}") from error
+        out_dir = tfds_text_dir(builder.info.full_name, builder.data_dir)
     paths = [os.path.join(out_dir, f"{split}.{code}") for code in (src, tgt)]
     if not all(os.path.exists(path) for path in paths):
         os.makedirs(out_dir, exist_ok=True)
@@ -197,4 +219,5 @@ def tfds_to_files(
             for tmp in temporary:
                 if os.path.exists(tmp):
                     os.remove(tmp)
+        logging.info("Wrote TFDS %s split %r as text to %s", name, split, out_dir)
     return parallel_files(*paths)
