@@ -40,8 +40,7 @@ def main(argv):
     del argv
     if not os.path.exists(FLAGS.data):
         raise app.UsageError(f"--data {FLAGS.data}: not found (real corpora live in ../shared/data)")
-    with open(FLAGS.data, encoding="utf-8") as handle:
-        lines = [line.strip() for line in handle][: FLAGS.sentences]
+    lines = [line.strip() for line in pipelines.read_lines(FLAGS.data)][: FLAGS.sentences]
     with tempfile.TemporaryDirectory() as work:
         model_path = pipelines.train_sentencepiece(
             ((line, line) for line in lines), os.path.join(work, "sp.model"), vocab_size=FLAGS.vocab_size

@@ -41,18 +41,13 @@ flags.DEFINE_string("model_dir", None, "Run directory (default: runs/quality_<co
 flags.DEFINE_integer("seed", 1, "Seed.")
 
 
-def _read(path: str) -> list[str]:
-    with open(path, encoding="utf-8") as handle:
-        return [line.rstrip("\n") for line in handle]
-
-
 def main(argv):
     del argv
     import tensorflow as tf
 
     from benchmarks.common import machine
     from configs import get_config, parse_overrides
-    from tf_transformer.evaluation import score
+    from tf_transformer.evaluation import read_test_set, score
     from tf_transformer.inference.batch_translation import translate_lines, translate_with_checkpoint
     from tf_transformer.inference.export import export_run
     from tf_transformer.run_dir import checkpoint_dir
@@ -95,8 +90,9 @@ def main(argv):
     epochs = summary["steps"] / summary["steps_per_epoch"]
     tokens_per_second = summary["stats"]["target_tokens"] * epochs / summary["train_seconds"]
 
-    dev_src = _read(os.path.join(FLAGS.data, f"{FLAGS.dev}.{FLAGS.src}"))
-    dev_ref = _read(os.path.join(FLAGS.data, f"{FLAGS.dev}.{FLAGS.tgt}"))
+    dev_src, dev_ref = read_test_set(
+        *(os.path.join(FLAGS.data, f"{FLAGS.dev}.{code}") for code in (FLAGS.src, FLAGS.tgt))
+    )
     available = len(tf.train.get_checkpoint_state(checkpoint_dir(model_dir)).all_model_checkpoint_paths)
     dev_scores = {}
     for last in sorted({min(int(n), available) for n in FLAGS.average}):
@@ -114,8 +110,9 @@ def main(argv):
 
     export_dir = os.path.join(model_dir, "export", "1")
     export_run(model_dir, export_dir, checkpoint=checkpoint, overwrite=True)
-    test_src = _read(os.path.join(FLAGS.data, f"{FLAGS.test}.{FLAGS.src}"))
-    test_ref = _read(os.path.join(FLAGS.data, f"{FLAGS.test}.{FLAGS.tgt}"))
+    test_src, test_ref = read_test_set(
+        *(os.path.join(FLAGS.data, f"{FLAGS.test}.{code}") for code in (FLAGS.src, FLAGS.tgt))
+    )
     decode_start = time.perf_counter()
     hypotheses = [text for text, _ in translate_lines(export_dir, test_src, batch_size=64)]
     decode_seconds = time.perf_counter() - decode_start

@@ -22,6 +22,7 @@ from pipelines.sources import (
     tfds_to_files,
     tsv_file,
 )
+from pipelines.text_lines import line_dataset, read_lines, split_lines
 from pipelines.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_sentencepiece
 
 __all__ = [
@@ -40,10 +41,13 @@ __all__ = [
     "corpus_stats",
     "evaluation_dataset",
     "find_split",
+    "line_dataset",
     "make_buckets",
     "parallel_files",
     "parallel_prefix",
+    "read_lines",
     "restore_order",
+    "split_lines",
     "tfds_pairs",
     "tfds_to_files",
     "to_features_and_labels",

@@ -95,31 +95,57 @@ def cached_chunks(
 ) -> tuple[tf.data.Dataset, np.ndarray]:
     """Tokenized examples in ragged chunks, and the ``[pairs, 2]`` lengths in chunk order.
 
-    With a ``cache_dir`` they are saved there once (into a temporary directory
-    renamed into place, so an interrupted run never leaves a half-written cache)
-    and later runs read them back without tokenizing. The key covers the files'
-    paths, sizes and mtimes and the SentencePiece model.
+    With a ``cache_dir`` they are saved there once and later runs read them back
+    without tokenizing. The key covers the files' paths, sizes and mtimes and the
+    SentencePiece model. A cache is written into a staging directory and renamed
+    into place whole, so a failed or killed run never leaves a directory that
+    passes for a cache. Runs sharing ``cache_dir`` may build the same cache at
+    once: the first renamed into place wins, and the others discard theirs and read it.
     """
     if cache_dir is None:
         chunks = chunk_examples(tokenize_pairs(corpus.dataset(), tokenizer)).cache()
         return chunks, _lengths(chunks)
     path = os.path.join(cache_dir, _cache_key(corpus, tokenizer))
-    if not os.path.exists(os.path.join(path, "lengths.npy")):
+    if not _is_complete(path):
         os.makedirs(cache_dir, exist_ok=True)
         staging = tempfile.mkdtemp(dir=cache_dir, prefix=".staging-")
         try:
             chunk_examples(tokenize_pairs(corpus.dataset(), tokenizer)).save(os.path.join(staging, "chunks"))
             lengths = _lengths(tf.data.Dataset.load(os.path.join(staging, "chunks")))
             np.save(os.path.join(staging, "lengths.npy"), lengths)
-            with open(os.path.join(staging, "source.json"), "w") as handle:
+            with open(os.path.join(staging, _COMPLETE), "w") as handle:  # written last
                 json.dump({"paths": corpus.paths, "fingerprint": corpus.fingerprint()}, handle)
-            os.replace(staging, path)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+            _publish(staging, path)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)  # already gone when it was renamed into place
         logging.info("Cached %d tokenized pairs of %s in %s", len(lengths), corpus.paths, path)
     lengths = np.load(os.path.join(path, "lengths.npy"))
     return tf.data.Dataset.load(os.path.join(path, "chunks")), lengths
+
+
+_COMPLETE = "source.json"  # the last file a cache gets
+
+
+def _is_complete(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, _COMPLETE))
+
+
+def _publish(staging: str, path: str) -> None:
+    """Renames the finished ``staging`` to ``path`` unless another run has put a whole cache there first."""
+    try:
+        os.rename(staging, path)  # fails onto a non-empty directory: two runs' files never mix
+        return
+    except OSError:
+        if _is_complete(path):
+            logging.info("Another run cached the same pairs in %s first; reading that", path)
+            return
+    # Not a whole cache (written by hand or by an older version): it goes, ours takes its place.
+    shutil.rmtree(path, ignore_errors=True)
+    try:
+        os.rename(staging, path)
+    except OSError:
+        if not _is_complete(path):  # not a third run that finished meanwhile
+            raise
 
 
 def _lengths(chunks: tf.data.Dataset) -> np.ndarray:

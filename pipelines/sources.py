@@ -2,20 +2,21 @@
 
 Every local source is validated before anything is built on it, and bad input
 stops with an error that names the file and line: a missing file, invalid
-UTF-8, mismatched line counts, a TSV line without exactly one tab.
+UTF-8, a NUL byte, mismatched line counts, a TSV line without exactly one tab.
+Lines are read by :mod:`pipelines.text_lines`, the same way in Python and tf.data.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from collections.abc import Iterator
 
 import tensorflow as tf
+from absl import logging
 
-
-class DataError(ValueError):
-    """Bad input data; the message names the file, line or field."""
+from pipelines.text_lines import DataError, line_dataset, read_lines
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,25 +45,25 @@ class ParallelText:
         return "|".join(parts)
 
     def pairs(self) -> Iterator[tuple[str, str]]:
-        """Yields (source, target) strings in file order (Python side, for vocabularies)."""
+        """Yields (source, target) strings in file order: the pairs :meth:`dataset` gives, in Python."""
         if self.tsv_path:
-            with open(self.tsv_path, encoding="utf-8") as tsv:
-                for line in tsv:
-                    source, target = line.rstrip("\r\n").split("\t")
-                    yield source, target
+            for line in read_lines(self.tsv_path):
+                source, target = line.split("\t")
+                yield source, target
             return
-        with open(self.source_path, encoding="utf-8") as src, open(self.target_path, encoding="utf-8") as tgt:
-            for source, target in zip(src, tgt, strict=True):
-                yield source.rstrip("\r\n"), target.rstrip("\r\n")
+        try:
+            yield from zip(read_lines(self.source_path), read_lines(self.target_path), strict=True)
+        except ValueError as error:  # the files changed since they were validated
+            if isinstance(error, DataError):
+                raise
+            raise DataError(f"{self.source_path} and {self.target_path} no longer have equal line counts") from None
 
     def dataset(self) -> tf.data.Dataset:
         """``(source, target)`` string pairs as a tf.data pipeline, in file order."""
         if self.tsv_path:
-            lines = tf.data.TextLineDataset(self.tsv_path)
+            lines = line_dataset(self.tsv_path)
             return lines.map(_split_tsv, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        return tf.data.Dataset.zip(
-            (tf.data.TextLineDataset(self.source_path), tf.data.TextLineDataset(self.target_path))
-        )
+        return tf.data.Dataset.zip((line_dataset(self.source_path), line_dataset(self.target_path)))
 
 
 def _split_tsv(line):
@@ -78,20 +79,13 @@ def _check_file(path: str, what: str) -> None:
 
 
 def count_valid_lines(path: str, tsv: bool = False) -> int:
-    """Counts lines, raising :class:`DataError` at the first invalid UTF-8 (or TSV) line."""
+    """Counts lines, raising :class:`DataError` at the first invalid line (UTF-8, NUL byte, TSV fields)."""
     count = 0
-    with open(path, "rb") as stream:
-        for number, raw in enumerate(stream, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise DataError(
-                    f"{path}:{number}: invalid UTF-8 at byte {error.start} of the line ({raw[:60]!r}…)"
-                ) from None
-            if tsv and line.rstrip("\r\n").count("\t") != 1:
-                tabs = line.rstrip("\r\n").count("\t")
-                raise DataError(f"{path}:{number}: expected 'source<TAB>target' (exactly one tab), found {tabs} tabs")
-            count = number
+    for count, line in enumerate(read_lines(path), start=1):
+        if tsv and line.count("\t") != 1:
+            raise DataError(
+                f"{path}:{count}: expected 'source<TAB>target' (exactly one tab), found {line.count(chr(9))} tabs"
+            )
     return count
 
 
@@ -174,18 +168,38 @@ def text_cache_dir() -> str:
     return os.environ.get("TFT_TEXT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tf_transformer", "text")
 
 
+def tfds_text_dir(full_name: str, data_dir: str) -> str:
+    """Where a TFDS dataset's splits go as text, under :func:`text_cache_dir`.
+
+    ``full_name`` is TFDS's ``name/config/version`` and ``data_dir`` the
+    directory TFDS reads that version from: a new version, or the same name
+    prepared in another ``data_dir``, gets its own text files instead of
+    reusing text written from different data.
+    """
+    digest = hashlib.sha256(os.path.abspath(os.path.expanduser(data_dir)).encode()).hexdigest()[:10]
+    return os.path.join(text_cache_dir(), f"{full_name.replace('/', '__')}__{digest}")
+
+
 def tfds_to_files(
     name: str, split: str, src: str, tgt: str, out_dir: str | None = None, data_dir: str | None = None
 ) -> ParallelText:
     """Writes a TFDS translation split as ``{split}.{src}``/``{split}.{tgt}`` text files, once.
 
-    The files go to ``out_dir`` (default: ``text_cache_dir()/NAME``), through
-    temporary names renamed into place, so an interrupted export is redone and
-    never read half-written. Line breaks inside a sentence become spaces (one
-    sentence per line); nothing is dropped. Vocabulary training, caching and
-    evaluation then read plain files, like any other corpus.
+    The files go to ``out_dir`` (default: :func:`tfds_text_dir` of the dataset's
+    version and TFDS data directory), through temporary names renamed into
+    place, so an interrupted export is redone and never read half-written. Line
+    breaks inside a sentence become spaces (one sentence per line); nothing is
+    dropped. Vocabulary training, caching and evaluation then read plain files,
+    like any other corpus.
     """
-    out_dir = out_dir or os.path.join(text_cache_dir(), name.replace("/", "__"))
+    if out_dir is None:
+        import tensorflow_datasets as tfds
+
+        try:
+            builder = tfds.builder(name, data_dir=data_dir)
+        except Exception as error:  # an unknown name, or a builder that needs the network
+            raise DataError(f"No TFDS dataset {name!r} (data_dir {data_dir!r}): {error}") from error
+        out_dir = tfds_text_dir(builder.info.full_name, builder.data_dir)
     paths = [os.path.join(out_dir, f"{split}.{code}") for code in (src, tgt)]
     if not all(os.path.exists(path) for path in paths):
         os.makedirs(out_dir, exist_ok=True)
@@ -205,4 +219,5 @@ def tfds_to_files(
             for tmp in temporary:
                 if os.path.exists(tmp):
                     os.remove(tmp)
+        logging.info("Wrote TFDS %s split %r as text to %s", name, split, out_dir)
     return parallel_files(*paths)

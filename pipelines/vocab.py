@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 import sentencepiece as spm
 import tensorflow as tf
+from absl import logging
 
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401  (re-exported)
 
@@ -45,6 +46,7 @@ def train_sentencepiece(
     character_coverage: float = 1.0,
     byte_fallback: bool = False,
     seed: int = 0,
+    max_sentence_length: int = 4192,
 ) -> str:
     """Trains a shared SentencePiece model on both sides of ``pairs`` and writes ``model_path``.
 
@@ -57,6 +59,10 @@ def train_sentencepiece(
       max_sentences: sample at most this many sentences (both sides counted).
       character_coverage: 1.0 keeps every character of the sample.
       byte_fallback: spell unknown characters as UTF-8 bytes instead of UNK.
+      seed: for sampling sentences.
+      max_sentence_length: longer sentences (in UTF-8 bytes) are left out of
+        vocabulary training, and counted in a warning: SentencePiece would skip
+        them without a word. They stay in the corpus for training.
 
     Returns:
       ``model_path``.
@@ -64,6 +70,15 @@ def train_sentencepiece(
     if model_type not in ("bpe", "unigram"):
         raise ValueError(f"model_type must be 'bpe' or 'unigram', got {model_type!r}")
     sentences = _sample_sentences(pairs, max_sentences, seed)
+    kept = [sentence for sentence in sentences if len(sentence.encode("utf-8")) <= max_sentence_length]
+    if len(kept) < len(sentences):
+        logging.warning(
+            "Vocabulary training leaves out %d of %d sampled sentences longer than %d UTF-8 bytes",
+            len(sentences) - len(kept),
+            len(sentences),
+            max_sentence_length,
+        )
+    sentences = kept
     if not sentences:
         raise ValueError("Cannot train a vocabulary on an empty corpus")
     model = io.BytesIO()
@@ -80,6 +95,7 @@ def train_sentencepiece(
         bos_id=BOS_ID,
         eos_id=EOS_ID,
         input_sentence_size=0,  # already sampled above
+        max_sentence_length=max_sentence_length,
         num_threads=os.cpu_count() or 1,
         minloglevel=2,
     )

@@ -4,6 +4,18 @@ from __future__ import annotations
 
 import sacrebleu
 
+from pipelines import parallel_files
+
+
+def read_test_set(source_path: str, reference_path: str) -> tuple[list[str], list[str]]:
+    """Sources and references, validated and read like training data (``pipelines.ParallelText.pairs``).
+
+    Reading them any other way could split or join lines differently and score
+    misaligned pairs. Raises ``pipelines.DataError`` naming the file and line.
+    """
+    pairs = list(parallel_files(source_path, reference_path).pairs())
+    return [source for source, _ in pairs], [reference for _, reference in pairs]
+
 
 def score(hypotheses: list[str], references: list[str], lowercase: bool = False, tokenize: str = "13a") -> dict:
     """BLEU (with its signature) and chrF; plus lowercased 13a-tokenized BLEU for published comparisons."""

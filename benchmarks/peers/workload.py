@@ -80,8 +80,7 @@ class DecodingWorkload:
 def decoding_workload(work: str) -> DecodingWorkload:
     """The first ``--sentences`` lines of ``--data`` in batches of ``--batch``, tokenized by a
     ``--vocab_size`` SentencePiece model trained on them (written to ``work``)."""
-    with open(FLAGS.data, encoding="utf-8") as handle:
-        lines = [line.strip() for line in handle][: FLAGS.sentences]
+    lines = [line.strip() for line in pipelines.read_lines(FLAGS.data)][: FLAGS.sentences]
     path = pipelines.train_sentencepiece(
         ((line, line) for line in lines), os.path.join(work, "sp.model"), vocab_size=FLAGS.vocab_size
     )

@@ -52,8 +52,7 @@ def main(argv):
         raise app.UsageError(f"--data {FLAGS.data}: not found (real corpora live in ../shared/data)")
     tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
     tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_threads)
-    with open(FLAGS.data, encoding="utf-8") as handle:
-        lines = [line.strip() for line in handle][: FLAGS.sentences]
+    lines = [line.strip() for line in pipelines.read_lines(FLAGS.data)][: FLAGS.sentences]
     tokenizer = pipelines.Tokenizer(os.path.join(FLAGS.export[0], "assets", "sp.model"))
     batches = source_batches(tokenizer, lines, FLAGS.batch)
     translate = [tf.saved_model.load(path).signatures["translate_ids"] for path in FLAGS.export]

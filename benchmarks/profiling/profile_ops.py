@@ -99,8 +99,7 @@ def _profiled(run) -> float:
 
 def decode_speed() -> tuple[float, float]:
     """(target tokens/s unprofiled, profiled wall seconds) of cached beam search."""
-    with open(FLAGS.data, encoding="utf-8") as handle:
-        lines = [line.strip() for line in handle][: FLAGS.batch * (FLAGS.batches + 1)]
+    lines = [line.strip() for line in pipelines.read_lines(FLAGS.data)][: FLAGS.batch * (FLAGS.batches + 1)]
     with tempfile.TemporaryDirectory() as work:
         tokenizer = pipelines.Tokenizer(
             pipelines.train_sentencepiece(

@@ -220,6 +220,47 @@ def test_cache_is_reused_and_never_half_written(tmp_path, corpus_dir, tokenizer,
     assert sum(len(i) for i, _, _ in collect(second.dataset)) == first.stats.kept
 
 
+def test_runs_building_the_same_cache_at_once_both_succeed(tmp_path, corpus_dir, tokenizer, monkeypatch):
+    corpus = find_split(str(corpus_dir), "train", "en", "de")
+    cache = tmp_path / "cache"
+    real_chunk_examples = pipelines.dataset.chunk_examples
+    other = []
+
+    def other_run_finishes_first(examples, seed=0):
+        if not other:  # while this run tokenizes, another one builds and publishes the same cache
+            other.append(None)
+            other[0] = pipelines.cached_chunks(corpus, tokenizer, str(cache))
+        return real_chunk_examples(examples, seed)
+
+    monkeypatch.setattr(pipelines.dataset, "chunk_examples", other_run_finishes_first)
+    chunks, lengths = pipelines.cached_chunks(corpus, tokenizer, str(cache))
+    assert len(os.listdir(cache)) == 1  # one cache, no staging left behind
+    other_chunks, other_lengths = other[0]
+    assert len(lengths) == corpus.num_lines and np.array_equal(lengths, other_lengths)
+    assert python_lengths(tokenizer, corpus.pairs()) == {tuple(row) for row in lengths}
+    rows = [(len(i), len(t)) for chunk in chunks for i, t in zip(chunk["inputs"], chunk["targets"], strict=True)]
+    assert rows == [tuple(row) for row in lengths]  # the cache reads back whole
+
+
+def test_a_failure_while_writing_the_cache_leaves_no_cache(tmp_path, corpus_dir, tokenizer, monkeypatch):
+    corpus = find_split(str(corpus_dir), "train", "en", "de")
+    cache = tmp_path / "cache"
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pipelines.dataset.np, "save", disk_full)  # after the chunks are written
+    with pytest.raises(OSError, match="No space left"):
+        pipelines.cached_chunks(corpus, tokenizer, str(cache))
+    assert os.listdir(cache) == []
+    monkeypatch.undo()
+    partial = cache / pipelines.dataset._cache_key(corpus, tokenizer)  # left by other means, e.g. a copy cut short
+    partial.mkdir()
+    (partial / "lengths.npy").write_bytes(b"cut short")
+    _, lengths = pipelines.cached_chunks(corpus, tokenizer, str(cache))
+    assert len(lengths) == corpus.num_lines and len(os.listdir(cache)) == 1
+
+
 def test_evaluation_batches_restore_the_original_order(tokenizer):
     sources = ["alpha beta gamma delta", "", "omega", " ".join(["zeta"] * 300), "haus baum", "kappa " * 5]
     batches = list(evaluation_dataset(sources, tokenizer, tokens_per_batch=64, max_batch_size=2))
@@ -292,15 +333,28 @@ def test_tfds_name_as_data_is_written_once_to_text_files(tmp_path, monkeypatch):
             for pair in pipelines.tfds_pairs(name, "train", "pt", "en").as_numpy_iterator()
         ]
         corpus = pipelines.find_split(f"tfds:{name}", "train", "pt", "en")
-    assert corpus.source_path == str(tmp_path / "ted_hrlr_translate__pt_to_en" / "train.pt")
+    (text_dir,) = tmp_path.iterdir()
+    assert text_dir.name.startswith("ted_hrlr_translate__pt_to_en__1.0.0__")  # name, config, version, data_dir
+    assert corpus.source_path == str(text_dir / "train.pt")
     assert list(corpus.pairs()) == expected and corpus.num_lines == 6
-    assert sorted(p.name for p in (tmp_path / "ted_hrlr_translate__pt_to_en").iterdir()) == ["train.en", "train.pt"]
+    assert sorted(p.name for p in text_dir.iterdir()) == ["train.en", "train.pt"]
 
     def no_second_load(*args, **kwargs):
         raise AssertionError("the text files are reused, TFDS is not read again")
 
     monkeypatch.setattr(tfds, "load", no_second_load)
-    assert list(pipelines.find_split(f"tfds:{name}", "train", "pt", "en").pairs()) == expected
+    with tfds.testing.mock_data(num_examples=6, policy=tfds.testing.MockPolicy.USE_CODE):  # the same data_dir
+        assert list(pipelines.find_split(f"tfds:{name}", "train", "pt", "en").pairs()) == expected
+
+
+def test_tfds_text_cache_is_keyed_by_version_and_data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFT_TEXT_CACHE", str(tmp_path))
+    key = pipelines.sources.tfds_text_dir
+    first = key("wmt14_translate/de-en/1.0.0", "/data/tfds/wmt14_translate/de-en/1.0.0")
+    assert first.startswith(str(tmp_path / "wmt14_translate__de-en__1.0.0__"))
+    assert key("wmt14_translate/de-en/1.0.0", "/data/tfds/wmt14_translate/de-en/1.0.0") == first
+    assert key("wmt14_translate/de-en/1.0.1", "/data/tfds/wmt14_translate/de-en/1.0.1") != first
+    assert key("wmt14_translate/de-en/1.0.0", "/other/tfds/wmt14_translate/de-en/1.0.0") != first
 
 
 def test_tfds_offline_failure_says_what_to_do(monkeypatch):

@@ -29,7 +29,7 @@ def main() -> int:
     from configs import get_config
     from pipelines import DataError
     from pipelines.download import fetch_multi30k
-    from tf_transformer.evaluation import score
+    from tf_transformer.evaluation import read_test_set, score
     from tf_transformer.inference.batch_translation import translate_lines
     from tf_transformer.inference.export import export_run
     from tf_transformer.training.averaging import average_checkpoints
@@ -68,10 +68,9 @@ def main() -> int:
     averaged = average_checkpoints(model_dir, last=last)
     print(f"[3/4] averaged the last {last} checkpoints → {averaged}; exporting {export_dir}", flush=True)
     export_run(model_dir, export_dir, checkpoint=averaged, overwrite=True)
-    with open(os.path.join(data, "test_2016_flickr.en"), encoding="utf-8") as handle:
-        sources = [line.rstrip("\n") for line in handle]
-    with open(os.path.join(data, "test_2016_flickr.de"), encoding="utf-8") as handle:
-        references = [line.rstrip("\n") for line in handle]
+    sources, references = read_test_set(
+        os.path.join(data, "test_2016_flickr.en"), os.path.join(data, "test_2016_flickr.de")
+    )
     decode_start = time.perf_counter()
     hypotheses = [text for text, _ in translate_lines(export_dir, sources, batch_size=64)]
     decode_seconds = time.perf_counter() - decode_start

@@ -36,18 +36,14 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     if bool(FLAGS.model) == bool(FLAGS.model_dir):
         raise app.UsageError("Give exactly one of --model (an export) or --model_dir (a training run)")
-    from pipelines import DataError, parallel_files
-    from tf_transformer.evaluation import score
+    from pipelines import DataError
+    from tf_transformer.evaluation import read_test_set, score
     from tf_transformer.inference.batch_translation import translate_lines, translate_with_checkpoint
 
     try:
-        parallel_files(FLAGS.src, FLAGS.ref)  # exists, UTF-8, equal line counts
+        sources, references = read_test_set(FLAGS.src, FLAGS.ref)  # exists, UTF-8, equal line counts
     except DataError as error:
         raise app.UsageError(str(error)) from None
-    with open(FLAGS.src, encoding="utf-8") as handle:
-        sources = [line.rstrip("\r\n") for line in handle]
-    with open(FLAGS.ref, encoding="utf-8") as handle:
-        references = [line.rstrip("\r\n") for line in handle]
 
     def progress(done, total):
         print(f"\rtranslated {done}/{total}", end="", file=sys.stderr, flush=True)

@@ -53,7 +53,12 @@ def main(argv):
     if FLAGS.model_dir and not os.path.exists(os.path.join(FLAGS.model_dir, "config.json")):
         raise app.UsageError(f"--model_dir {FLAGS.model_dir}: no config.json there (give a tft-train run directory)")
     apply_thread_flags(FLAGS.workers * FLAGS.streams)  # searches at once: batches × each one's streams
-    lines = [line.rstrip("\r\n") for line in sys.stdin]
+    from pipelines import DataError, split_lines
+
+    try:
+        lines = list(split_lines(sys.stdin.buffer, "<stdin>"))  # the lines training and tft-evaluate would read
+    except DataError as error:
+        raise app.UsageError(str(error)) from None
 
     def progress(done, total):
         print(f"\rtranslated {done}/{total}", end="", file=sys.stderr, flush=True)
