@@ -178,15 +178,16 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
     start = time.perf_counter()
     history = {}
     if done_micro < total_micro:
-        # Resume where the checkpoint was written: skip the micro-batches already
-        # trained on (the data order is deterministic for a seed) in one fit call,
-        # so the data is iterated once, exactly as in an uninterrupted run. After a
+        # Resume where the checkpoint was written: the stream starts at the first
+        # micro-batch not yet trained on (epochs depend only on the seed and their
+        # index, so only the current epoch is rebuilt) in one fit call, so the data
+        # is iterated once, exactly as in an uninterrupted run. After a
         # mid-epoch resume, epoch boundaries (validation, BLEU) shift by the part of
         # the epoch already done; the step count and the batches are unchanged.
         initial_epoch = done_micro // steps_per_epoch
         epochs = initial_epoch + math.ceil((total_micro - done_micro) / steps_per_epoch)
         result = model.fit(
-            data.dataset.skip(done_micro),
+            data.starting_at(done_micro),
             validation_data=validation,
             epochs=epochs,
             initial_epoch=initial_epoch,
