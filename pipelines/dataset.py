@@ -330,10 +330,15 @@ def training_dataset(
             raise ValueError(f"start batch {start} is outside the stream ({batches} batches per epoch)")
         first, offset = divmod(start, batches)
         if repeat:
-            epochs = tf.data.Dataset.counter(first)
+            # The first epoch alone, so that a (resumed) run starts as soon as one epoch
+            # is ready; each later one built in the background while the one before it
+            # is consumed, as its start (reading, sorting, filling the shuffle buffers)
+            # would otherwise stall training at every epoch boundary.
+            later = tf.data.Dataset.counter(first + 1).interleave(epoch, cycle_length=1, num_parallel_calls=1)
+            dataset = epoch(tf.constant(first, tf.int64)).skip(offset).concatenate(later)
         else:  # a new epoch each time the dataset is iterated (Keras iterates it once per fit epoch)
-            epochs = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).take(1)
-        dataset = epochs.flat_map(epoch).skip(offset)
+            index = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).take(1)
+            dataset = index.flat_map(epoch).skip(offset)
         if not repeat:  # a known length: Keras then ends an evaluation pass without running into the end of the data
             dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches - offset))
         return dataset.prefetch(tf.data.AUTOTUNE).with_options(options)
