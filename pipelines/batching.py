@@ -12,10 +12,30 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import tensorflow as tf
 
 LENGTH_MULTIPLE = 8
 BATCH_MULTIPLE = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochPlan:
+    """How one epoch is batched: the buckets' full batches, then the leftovers merged.
+
+    Bucketing one epoch on its own leaves each bucket's last batch partly filled;
+    those leftovers are merged, longest first, into as few batches as the token
+    budget allows (a batch takes the size of the bucket of its longest row), so
+    a small corpus does not pay one short batch per bucket every epoch.
+    """
+
+    full_batches: int  # batches the buckets fill, in the order they fill
+    partial_batches: int  # buckets left partly filled at the end of the epoch
+    merged_rows: tuple[int, ...]  # rows of each batch the leftovers make, longest rows first
+
+    @property
+    def batches(self) -> int:
+        return self.full_batches + len(self.merged_rows)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,14 +53,30 @@ class Buckets:
     tokens_per_batch: int
     num_replicas: int
 
-    def batches_for(self, lengths) -> int:
-        """Batches one pass over examples whose longer sides are ``lengths`` makes."""
-        import numpy as np
+    def epoch_plan(self, lengths) -> EpochPlan:
+        """How one pass over examples whose longer sides are ``lengths`` is batched.
 
+        The counts depend only on how many examples fall into each bucket, not on
+        their order, so every epoch of a corpus has the same number of batches.
+        """
         bucket = np.searchsorted(np.asarray(self.padded_lengths), np.asarray(lengths), side="left")
         counts = np.bincount(bucket, minlength=len(self.padded_lengths))[: len(self.padded_lengths)]
         sizes = np.asarray(self.batch_sizes)
-        return int(np.sum(-(-counts // sizes)))
+        leftover = counts % sizes
+        merged = []
+        remaining = leftover.copy()
+        for top in range(len(sizes) - 1, -1, -1):  # longest first: the longest row sets the batch size
+            while remaining[top]:
+                room, rows = int(sizes[top]), 0
+                for below in range(top, -1, -1):
+                    taken = min(room, int(remaining[below]))
+                    remaining[below] -= taken
+                    room -= taken
+                    rows += taken
+                    if not room:
+                        break
+                merged.append(rows)
+        return EpochPlan(int(np.sum(counts // sizes)), int(np.count_nonzero(leftover)), tuple(merged))
 
     @property
     def boundaries(self) -> list[int]:
@@ -124,3 +160,57 @@ def pad_batches_to_bucket_size(buckets: Buckets):
         return {key: tf.pad(value, [[0, missing], [0, 0]]) for key, value in batch.items()}  # [bucket batch, len]
 
     return lambda dataset: dataset.map(pad, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def merge_partial_batches(buckets: Buckets, plan: EpochPlan, pad_to_bucket_boundary: bool = False):
+    """Merges the partial batches that bucketing one epoch leaves at its end, as ``plan`` says.
+
+    Applies to one epoch of :func:`bucket_by_length` batches of ``{"inputs",
+    "targets"}``: its first ``plan.full_batches`` pass unchanged; the partial ones
+    that follow (one per bucket with leftovers) are gathered, their rows sorted
+    longest first and cut into ``plan.merged_rows``. Each merged batch is padded
+    to its longest row, or with ``pad_to_bucket_boundary`` to that row's bucket
+    length, and holds at most that bucket's batch size, so the budget holds.
+    """
+    full = plan.full_batches
+    ends = np.cumsum(plan.merged_rows, dtype=np.int64)
+    bounds = np.stack([ends - np.asarray(plan.merged_rows, np.int64), ends], axis=1)  # [merged, 2]
+
+    def split(group, merged):
+        """``[k, rows, len]`` batches → their real rows in the batches the plan gives."""
+        rows = {key: tf.reshape(value, [-1, tf.shape(value)[2]]) for key, value in group.items()}  # [k * rows, len]
+        real = tf.reduce_any(rows["targets"] > 0, axis=1)  # padded_batch added all-padding rows
+        rows = {key: tf.boolean_mask(value, real) for key, value in rows.items()}  # [n, len]
+        sides = {key: tf.math.count_nonzero(value > 0, axis=1, dtype=tf.int32) for key, value in rows.items()}  # [n]
+        longer = tf.maximum(sides["inputs"], sides["targets"])  # [n]
+        n = tf.shape(longer, out_type=tf.int64)[0]
+        order = tf.cond(merged, lambda: tf.argsort(-longer, stable=True), lambda: tf.range(tf.size(longer)))  # [n]
+        rows = {key: tf.gather(value, order) for key, value in rows.items()}
+        sides = {key: tf.gather(value, order) for key, value in sides.items()}
+        longer_sorted = tf.gather(longer, order)  # [n]
+        spans = tf.cond(merged, lambda: tf.constant(bounds.reshape(-1, 2)), lambda: tf.stack([[0, n]]))  # [batches, 2]
+
+        def take(span):
+            part = {key: value[span[0] : span[1]] for key, value in rows.items()}  # [batch, len]
+            if pad_to_bucket_boundary:  # both sides to the bucket of the longest row
+                longest = tf.reduce_max(longer_sorted[span[0] : span[1]])
+                width = -(-longest // LENGTH_MULTIPLE) * LENGTH_MULTIPLE
+                return {key: value[:, :width] for key, value in part.items()}  # [batch, bucket length]
+            return {key: value[:, : tf.reduce_max(sides[key][span[0] : span[1]])] for key, value in part.items()}
+
+        return tf.data.Dataset.from_tensor_slices(spans).map(take)
+
+    def key(index, batch):  # the partial batches, which come last, share one key
+        return tf.minimum(index, full)
+
+    def window_size(key):
+        return tf.where(key < full, tf.constant(1, tf.int64), max(plan.partial_batches, 1))
+
+    def reduce(key, window):
+        group = window.map(lambda index, batch: batch).padded_batch(window_size(key))  # [k, rows, len]
+        return group.flat_map(lambda batches: split(batches, key >= full))
+
+    def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
+        return dataset.enumerate().group_by_window(key, reduce, window_size_func=window_size)
+
+    return apply

@@ -12,14 +12,22 @@ import dataclasses
 import hashlib
 import json
 import os
+import random
 import shutil
 import tempfile
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from pipelines.batching import Buckets, bucket_by_length, make_buckets, pad_batches_to_bucket_size
+from pipelines.batching import (
+    Buckets,
+    bucket_by_length,
+    make_buckets,
+    merge_partial_batches,
+    pad_batches_to_bucket_size,
+)
 from pipelines.sources import DataError, ParallelText
 from pipelines.vocab import BOS_ID, EOS_ID, Tokenizer
 
@@ -230,12 +238,36 @@ def to_features_and_labels(batch):
 
 @dataclasses.dataclass(frozen=True)
 class TrainingData:
-    """A training pipeline and what went into it."""
+    """A training pipeline and what went into it.
+
+    ``dataset`` is the stream from its first batch; :meth:`starting_at` gives it
+    from any later batch. A repeated stream is a concatenation of independent
+    epochs of exactly ``batches_per_epoch`` batches, epoch ``e`` depending only on
+    the seed and ``e``, so a resumed run builds only the epoch it resumes in
+    (docs/design/training.md#where-a-resumed-run-picks-up-its-data).
+    """
 
     dataset: tf.data.Dataset
     stats: CorpusStats
     buckets: Buckets
     batches_per_epoch: int
+    _stream: Callable[[int], tf.data.Dataset] = dataclasses.field(repr=False, compare=False)
+
+    def starting_at(self, batch: int) -> tf.data.Dataset:
+        """The stream without its first ``batch`` batches (a global batch index, counted from 0).
+
+        With ``deterministic=True`` it equals ``dataset.skip(batch)`` batch for
+        batch, but reads and shuffles only the epoch that ``batch`` falls in.
+        """
+        return self._stream(batch)
+
+
+def _epoch_seeds(seed: int, epoch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Two shuffle seeds (chunks, batches) that depend only on ``seed`` and the epoch."""
+    seeds = tf.random.stateless_uniform(
+        [2], seed=tf.stack([tf.constant(seed, tf.int64), epoch]), minval=None, maxval=None, dtype=tf.int64
+    )
+    return seeds[0], seeds[1]
 
 
 def training_dataset(
@@ -255,6 +287,10 @@ def training_dataset(
 ) -> TrainingData:
     """Token-budget batches of ``(features, labels)`` for ``model.fit`` (section 5.1).
 
+    Each epoch is batched on its own: the buckets' partial batches at its end are
+    merged (:class:`~pipelines.batching.EpochPlan`), so every epoch has exactly
+    ``batches_per_epoch`` batches and holds each kept pair once.
+
     Args:
       corpus: a validated parallel corpus (see :mod:`pipelines.sources`).
       tokenizer: the shared SentencePiece tokenizer.
@@ -265,13 +301,14 @@ def training_dataset(
       pad_to_bucket_boundary: pad lengths to the bucket's multiple of 8 and each
         bucket's last partial batch to the full batch size with all-padding rows,
         so XLA compiles exactly one shape per bucket.
-      shuffle: reshuffle every epoch (chunks, then batches).
+      shuffle: shuffle every epoch differently (chunks, then batches).
       sort_window: examples sorted by length together before bucketing
         (default: 1M or 16 × the largest batch, rounded up to whole cache
         chunks); 0 or 1 disables sorting.
       seed, deterministic: the same seed with ``deterministic=True`` gives the
-        same batches in the same order every run.
-      repeat: repeat forever (for step-based training).
+        same batches in the same order every run (without a seed, one is drawn).
+      repeat: epoch after epoch forever (for step-based training and resuming);
+        otherwise one epoch, a new one each time the dataset is iterated.
       cache_dir: where tokenized examples are cached between runs.
     """
     chunks, lengths = cached_chunks(corpus, tokenizer, cache_dir)
@@ -280,36 +317,59 @@ def training_dataset(
     if stats.kept == 0:
         raise DataError(f"No training pairs left in {', '.join(corpus.paths)} after filtering: {stats.describe(name)}")
     buckets = make_buckets(max_length, tokens_per_batch, num_replicas)
+    plan = buckets.epoch_plan(lengths[_keep(lengths, max_length)].max(axis=1))
+    batches = plan.batches
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**31)
     options = tf.data.Options()
     options.deterministic = deterministic
-    dataset = chunks
-    if shuffle:
-        dataset = dataset.shuffle(max(1, -(-len(lengths) // CHUNK_SIZE)), seed=seed, reshuffle_each_iteration=True)
     window = max(max(buckets.batch_sizes) * 16, DEFAULT_SORT_WINDOW) if sort_window is None else sort_window
-    # A window never spans more than one pass over the data, and repetition comes
-    # after sorting: otherwise a window of a repeated small corpus holds many
-    # copies of each pair, sorted next to each other into the same batches.
     chunks_per_epoch = max(1, -(-len(lengths) // CHUNK_SIZE))
     chunks_per_window = min(max(1, -(-window // CHUNK_SIZE)), chunks_per_epoch)
-    dataset = dataset.apply(windows_sorted_by_length(max_length, chunks_per_window, sort=window > 1))
-    if repeat:
-        dataset = dataset.repeat()  # bucketing below carries partial batches across epochs
-    dataset = dataset.apply(bucket_by_length(buckets, pad_to_bucket_boundary))
-    if pad_to_bucket_boundary:
-        dataset = dataset.apply(pad_batches_to_bucket_size(buckets))
-    dataset = dataset.map(to_features_and_labels, num_parallel_calls=tf.data.AUTOTUNE)
-    if shuffle:
-        # A sorted window emits its batches shortest first: shuffle about one
-        # window's worth of batches so training sees no length curriculum.
-        mean_longer = float(np.maximum(lengths[:, 0], lengths[:, 1]).mean()) if len(lengths) else 1.0
-        window_batches = int(min(chunks_per_window * CHUNK_SIZE, stats.kept) * mean_longer / tokens_per_batch) + 1
-        dataset = dataset.shuffle(min(max(window_batches, 16), 2048), seed=seed)
-    kept = lengths[_keep(lengths, max_length)]
-    batches = buckets.batches_for(kept.max(axis=1))
-    if not repeat:  # a known length: Keras then ends an evaluation pass without running into the end of the data
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
-    dataset = dataset.prefetch(tf.data.AUTOTUNE).with_options(options)
-    return TrainingData(dataset, stats, buckets, batches)
+    # A sorted window emits its batches shortest first: shuffle about one
+    # window's worth of batches so training sees no length curriculum.
+    mean_longer = float(np.maximum(lengths[:, 0], lengths[:, 1]).mean())
+    window_batches = int(min(chunks_per_window * CHUNK_SIZE, stats.kept) * mean_longer / tokens_per_batch) + 1
+    batch_buffer = min(max(window_batches, 16), 2048)
+
+    def epoch(index):
+        """One epoch's batches: a function of the seed and ``index`` alone."""
+        chunk_seed, batch_seed = _epoch_seeds(seed, index)
+        dataset = chunks
+        if shuffle:
+            dataset = dataset.shuffle(chunks_per_epoch, seed=chunk_seed, reshuffle_each_iteration=False)
+        # A window never spans two epochs: otherwise a window of a repeated small
+        # corpus holds many copies of each pair, sorted next to each other into
+        # the same batches.
+        dataset = dataset.apply(windows_sorted_by_length(max_length, chunks_per_window, sort=window > 1))
+        dataset = dataset.apply(bucket_by_length(buckets, pad_to_bucket_boundary))
+        dataset = dataset.apply(merge_partial_batches(buckets, plan, pad_to_bucket_boundary))
+        if pad_to_bucket_boundary:
+            dataset = dataset.apply(pad_batches_to_bucket_size(buckets))
+        dataset = dataset.map(to_features_and_labels, num_parallel_calls=tf.data.AUTOTUNE)
+        if shuffle:
+            dataset = dataset.shuffle(batch_buffer, seed=batch_seed, reshuffle_each_iteration=False)
+        return dataset
+
+    def stream(start: int) -> tf.data.Dataset:
+        if start < 0 or (not repeat and start >= batches):
+            raise ValueError(f"start batch {start} is outside the stream ({batches} batches per epoch)")
+        first, offset = divmod(start, batches)
+        if repeat:
+            # The first epoch alone, so that a (resumed) run starts as soon as one epoch
+            # is ready; each later one built in the background while the one before it
+            # is consumed, as its start (reading, sorting, filling the shuffle buffers)
+            # would otherwise stall training at every epoch boundary.
+            later = tf.data.Dataset.counter(first + 1).interleave(epoch, cycle_length=1, num_parallel_calls=1)
+            dataset = epoch(tf.constant(first, tf.int64)).skip(offset).concatenate(later)
+        else:  # a new epoch each time the dataset is iterated (Keras iterates it once per fit epoch)
+            index = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).take(1)
+            dataset = index.flat_map(epoch).skip(offset)
+        if not repeat:  # a known length: Keras then ends an evaluation pass without running into the end of the data
+            dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches - offset))
+        return dataset.prefetch(tf.data.AUTOTUNE).with_options(options)
+
+    return TrainingData(stream(0), stats, buckets, batches, stream)
 
 
 def evaluation_dataset(

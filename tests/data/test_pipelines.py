@@ -385,20 +385,75 @@ def test_multi30k_batches_within_budget(tmp_path):
     assert rows == data.stats.kept == 29000
 
 
-def test_repeated_pipeline_shows_each_pair_once_per_epoch(corpus_dir, tokenizer):
-    """Repetition comes after sorting: an epoch's worth of batches holds no pair twice."""
+def _rows(batch):
+    """A batch's real rows as hashable ``(source, target)`` ids (all-padding rows left out)."""
+    (features, labels) = batch
+    return [
+        (src[src > 0].tobytes(), lab[lab > 0].tobytes())
+        for src, lab in zip(features["inputs"].numpy(), labels.numpy(), strict=True)
+        if lab.any()
+    ]
+
+
+def _repeated(corpus_dir, tokenizer, **kwargs):
     corpus = find_split(str(corpus_dir), "train", "en", "de")
-    data = training_dataset(corpus, tokenizer, tokens_per_batch=512, max_length=64, repeat=True, seed=3)
-    seen = collections.Counter()
-    rows = 0
-    for features, labels in data.dataset:
-        for src_row, lab_row in zip(features["inputs"].numpy(), labels.numpy(), strict=True):
-            seen[(src_row[src_row > 0].tobytes(), lab_row[lab_row > 0].tobytes())] += 1
-            rows += 1
-        if rows >= data.stats.kept // 2:
-            break
-    # Batches are shuffled across the epoch boundary, so a pair may come back once;
-    # before the fix a sort window spanned hundreds of epochs and held that many
-    # adjacent copies of each pair, which landed in the same batches.
-    assert max(seen.values()) <= 2
-    assert len(seen) >= 0.7 * rows
+    settings = dict(tokens_per_batch=512, max_length=64, repeat=True, seed=3, deterministic=True) | kwargs
+    return training_dataset(corpus, tokenizer, **settings)
+
+
+def test_epoch_plan_merges_the_leftovers_longest_first():
+    buckets = make_buckets(max_length=16, tokens_per_batch=64)  # lengths 8 and 16: 8 and 4 rows a batch
+    assert buckets.batch_sizes == (8, 4)
+    plan = buckets.epoch_plan([3] * 10 + [12] * 5)
+    # One full batch per bucket; the leftovers (1 long, 2 short rows) share a batch of the long bucket.
+    assert (plan.full_batches, plan.partial_batches, plan.merged_rows, plan.batches) == (2, 2, (3,), 3)
+    plan = buckets.epoch_plan([3] * 7 + [12] * 7)  # 3 long leftovers take 1 short row; 6 short rows remain
+    assert plan.merged_rows == (4, 6)
+
+
+@pytest.mark.parametrize("pad_to_bucket_boundary", [False, True])
+def test_every_epoch_holds_each_pair_once_in_batches_per_epoch_batches(corpus_dir, tokenizer, pad_to_bucket_boundary):
+    data = _repeated(corpus_dir, tokenizer, pad_to_bucket_boundary=pad_to_bucket_boundary)
+    processor = tokenizer.python_processor()
+    corpus = find_split(str(corpus_dir), "train", "en", "de")
+    expected = collections.Counter(
+        tuple(np.array(processor.encode(side.strip()) + [EOS_ID], np.int32).tobytes() for side in pair)
+        for pair in corpus.pairs()
+    )
+    assert sum(expected.values()) == data.stats.kept
+    per_batch = data.batches_per_epoch
+    batches = list(data.dataset.take(3 * per_batch))
+    epochs = [batches[e * per_batch : (e + 1) * per_batch] for e in range(3)]
+    for epoch in epochs:
+        assert collections.Counter(row for batch in epoch for row in _rows(batch)) == expected
+        for features, labels in epoch:
+            assert features["inputs"].shape.num_elements() <= 512 and labels.shape.num_elements() <= 512
+    # Merging the buckets' leftovers saves batches against one partial batch per bucket.
+    plan = data.buckets.epoch_plan([max(len(s), len(t)) // 4 for s, t in expected.elements()])  # int32: 4 bytes
+    assert plan.partial_batches > len(plan.merged_rows)
+    # Each epoch is shuffled differently.
+    orders = [[row for batch in epoch for row in _rows(batch)] for epoch in epochs]
+    assert orders[0] != orders[1] and orders[1] != orders[2]
+
+
+@pytest.mark.parametrize("pad_to_bucket_boundary", [False, True])
+def test_stream_started_at_a_batch_equals_the_full_stream_skipped(corpus_dir, tokenizer, pad_to_bucket_boundary):
+    data = _repeated(corpus_dir, tokenizer, pad_to_bucket_boundary=pad_to_bucket_boundary)
+    per_batch = data.batches_per_epoch
+    full = collect(data.dataset.take(3 * per_batch))
+    for start in (0, per_batch - 2, per_batch, 2 * per_batch + 1):  # across an epoch boundary, and into epoch 2
+        started = collect(data.starting_at(start).take(per_batch - 1))
+        assert len(started) == per_batch - 1
+        for a, b in zip(started, full[start:], strict=False):
+            for x, y in zip(a, b, strict=True):
+                np.testing.assert_array_equal(x, y)
+
+
+def test_repeated_stream_is_the_same_for_the_same_seed(corpus_dir, tokenizer):
+    first, second, other = (_repeated(corpus_dir, tokenizer, seed=seed) for seed in (7, 7, 8))
+    count = 2 * first.batches_per_epoch + 1
+    a, b, c = (collect(data.dataset.take(count)) for data in (first, second, other))
+    for x, y in zip(a, b, strict=True):
+        for u, v in zip(x, y, strict=True):
+            np.testing.assert_array_equal(u, v)
+    assert any(x[0].shape != y[0].shape or not np.array_equal(x[0], y[0]) for x, y in zip(a, c, strict=True))

@@ -99,7 +99,7 @@ def train_multi_worker(config: TransformerConfig, options, model_dir: str, strat
 
             return {key: take(value) for key, value in features.items()}, take(labels)
 
-        return data.dataset.skip(done).map(shard)
+        return data.starting_at(done).map(shard)
 
     distributed = strategy.distribute_datasets_from_function(dataset_fn)
 

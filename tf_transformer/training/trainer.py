@@ -210,9 +210,10 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
     by_epochs = bool(options.epochs and not options.train_steps)
     steps_left = int(model.optimizer.iterations.numpy()) < train_steps
     if (done_micro < total_micro) if by_epochs else steps_left:
-        # Resume where the checkpoint was written: skip the micro-batches already
-        # trained on (the data order is deterministic for a seed) in one fit call,
-        # so the data is iterated once, exactly as in an uninterrupted run. After a
+        # Resume where the checkpoint was written: the stream starts at the first
+        # micro-batch not yet trained on (epochs depend only on the seed and their
+        # index, so only the current epoch is rebuilt) in one fit call, so the data
+        # is iterated once, exactly as in an uninterrupted run. After a
         # mid-epoch resume, epoch boundaries (validation, BLEU) shift by the part of
         # the epoch already done; the step count and the batches are unchanged.
         initial_epoch = done_micro // steps_per_epoch
@@ -220,7 +221,7 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
         try:
             with stop_on_signal:
                 result = model.fit(
-                    data.dataset.skip(done_micro),
+                    data.starting_at(done_micro),
                     validation_data=validation,
                     epochs=epochs,
                     initial_epoch=initial_epoch,
