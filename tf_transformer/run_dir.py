@@ -53,9 +53,13 @@ class WriteError(OSError):
 
 def write_failed(what: str, path: str, error: BaseException, existed: bool) -> WriteError:
     """The :class:`WriteError` for ``what`` at ``path`` after its staging copy was removed."""
-    reason = str(getattr(error, "strerror", None) or error).strip().splitlines()[-1][:300]
     before = f"the {what} already at {path} is unchanged" if existed else "nothing was written"
-    return WriteError(f"Could not write the {what} {path} ({reason}); is the disk full? {before.capitalize()}")
+    return WriteError(f"Could not write the {what} {path} ({_reason(error)}); is the disk full? {before.capitalize()}")
+
+
+def _reason(error: BaseException) -> str:
+    """Why a write failed: the system's words for an ``OSError`` (``File too large``), else the first line."""
+    return getattr(error, "strerror", None) or _first_line(error)
 
 
 def save_json(path: str, value) -> None:
@@ -68,9 +72,7 @@ def save_json(path: str, value) -> None:
     except OSError as error:
         if os.path.exists(tmp):
             os.remove(tmp)
-        raise WriteError(
-            f"Could not write {path} ({error.strerror or error}); the previous file is unchanged"
-        ) from None
+        raise WriteError(f"Could not write {path} ({_reason(error)}); the previous file is unchanged") from None
 
 
 def save_checkpoint(manager: tf.train.CheckpointManager, step: int) -> str:
@@ -93,7 +95,7 @@ def save_checkpoint(manager: tf.train.CheckpointManager, step: int) -> str:
             tf.io.gfile.rmtree(prefix + "_temp")
         latest = manager.latest_checkpoint
         raise WriteError(
-            f"Could not write checkpoint {prefix} ({_first_line(error)}); is the disk full? "
+            f"Could not write checkpoint {prefix} ({_reason(error)}); is the disk full? "
             + (
                 f"The newest checkpoint, {latest}, is intact: free space and run the same command to resume from it"
                 if latest
