@@ -169,9 +169,9 @@ def train_multi_worker(config: TransformerConfig, options: RunOptions, model_dir
         return _train(config, options, model_dir, strategy, cluster)
     except _LOST as error:  # outside the training loop: building the model, restoring, agreeing on the start
         raise ClusterError(
-            f"{cluster.name}: lost contact with the other workers while starting ({_first_line(error)}). A worker "
-            f"stopped or waited for more than --worker_timeout ({options.worker_timeout:g} s); see its log, then "
-            "run every worker's command again"
+            f"{cluster.name}: lost contact with the other workers while starting ({run_dir.first_line(error)}). "
+            f"A worker stopped or waited for more than --worker_timeout ({options.worker_timeout:g} s); "
+            "see its log, then run every worker's command again"
         ) from None
 
 
@@ -186,7 +186,7 @@ def _train(config, options, model_dir, strategy, cluster) -> dict:
     try:
         token = cluster.from_chief(secrets.randbelow(2**48) + 1)
     except _LOST as error:
-        raise ClusterError(f"{cluster.name}: the other workers did not answer ({_first_line(error)})") from None
+        raise ClusterError(f"{cluster.name}: the other workers did not answer ({run_dir.first_line(error)})") from None
     resuming = tf.train.get_checkpoint_state(run_dir.checkpoint_dir(model_dir)) is not None
     source_dir = init_checkpoint = None
     if options.init_from and not resuming:
@@ -336,7 +336,7 @@ def _train(config, options, model_dir, strategy, cluster) -> dict:
     except _LOST as error:
         raise ClusterError(
             f"{cluster.name}: lost contact with the other workers after micro-batch {micro} "
-            f"({_first_line(error)}). A worker died or stalled for more than --worker_timeout "
+            f"({run_dir.first_line(error)}). A worker died or stalled for more than --worker_timeout "
             f"({options.worker_timeout:g} s). The newest checkpoint is {chief_manager.latest_checkpoint}: run "
             "every worker's command again to resume from it"
         ) from None
@@ -368,11 +368,6 @@ class _Stop(Exception):
 def _workers(strategy) -> int:
     spec = strategy.cluster_resolver.cluster_spec().as_dict() if strategy.cluster_resolver else {}
     return sum(len(tasks) for kind, tasks in spec.items() if kind in ("chief", "worker")) or 1
-
-
-def _first_line(error: Exception) -> str:
-    text = str(getattr(error, "message", "") or error).strip()
-    return text.splitlines()[0][:300] if text else type(error).__name__
 
 
 def _train_step(model: keras.Model, strategy: tf.distribute.Strategy, jit_compile: bool):
