@@ -12,6 +12,7 @@ from pipelines.dataset import (
     tokenize_pairs,
     training_dataset,
 )
+from pipelines.global_batches import part_bounds, replica_parts, update_weights
 from pipelines.sources import (
     DataError,
     ParallelText,
@@ -45,7 +46,9 @@ __all__ = [
     "make_buckets",
     "parallel_files",
     "parallel_prefix",
+    "part_bounds",
     "read_lines",
+    "replica_parts",
     "restore_order",
     "split_lines",
     "tfds_pairs",
@@ -55,4 +58,5 @@ __all__ = [
     "train_sentencepiece",
     "training_dataset",
     "tsv_file",
+    "update_weights",
 ]

@@ -59,7 +59,7 @@ def write_failed(what: str, path: str, error: BaseException, existed: bool) -> W
 
 def _reason(error: BaseException) -> str:
     """Why a write failed: the system's words for an ``OSError`` (``File too large``), else the first line."""
-    return getattr(error, "strerror", None) or _first_line(error)
+    return getattr(error, "strerror", None) or first_line(error)
 
 
 def save_json(path: str, value) -> None:
@@ -195,13 +195,13 @@ def load_weights(model, path: str, model_dir: str, config: TransformerConfig) ->
         if not is_damaged(error):
             raise
         raise CheckpointError(
-            f"{path} is damaged and cannot be read ({_first_line(error)}): name an earlier checkpoint "
+            f"{path} is damaged and cannot be read ({first_line(error)}): name an earlier checkpoint "
             f"of {checkpoint_dir(model_dir)} (tft-export --checkpoint), or train on to write a new one"
         ) from None
     except (AssertionError, ValueError) as error:
         raise CheckpointError(
             f"{path} does not match the model of {os.path.join(model_dir, CONFIG_FILE)} ({config.name}, "
-            f"{config.num_layers} layers, d_model {config.d_model}): {_first_line(error)}"
+            f"{config.num_layers} layers, d_model {config.d_model}): {first_line(error)}"
         ) from None
     logging.info("Loaded %s", path)
 
@@ -224,11 +224,11 @@ def restore_newest_readable(checkpoint, manager: tf.train.CheckpointManager) -> 
         except (tf.errors.OpError, IndexError, RuntimeError) as error:
             if not is_damaged(error):
                 raise
-            logging.warning("%s is damaged (%s): resuming from the checkpoint before it", path, _first_line(error))
+            logging.warning("%s is damaged (%s): resuming from the checkpoint before it", path, first_line(error))
     if manager.checkpoints:
         raise CheckpointError(f"No readable checkpoint in {manager.directory}: every one is damaged")
     return None
 
 
-def _first_line(error: Exception) -> str:
+def first_line(error: Exception) -> str:
     return str(error).strip().splitlines()[0][:500] if str(error).strip() else type(error).__name__

@@ -1,19 +1,30 @@
-"""Two worker processes on 127.0.0.1 train exactly like one process on the same global batches."""
+"""Several layouts, one update: workers on 127.0.0.1, mirrored logical CPUs, one process; faults and resume.
+
+MultiWorkerMirroredStrategy without GPUs gives each worker one CPU device, so
+the workers here have one replica each; the cut of a global batch for several
+replicas per worker is tested in ``tests/data/test_global_batches.py``.
+"""
 
 import json
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests.corpora import write_corpus
 from tf_transformer.run_dir import restore_model
 
 BIN = pathlib.Path(sys.executable).parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+STEPS = 30
+pytestmark = pytest.mark.slow
 
 
 def free_ports(count):
@@ -26,66 +37,185 @@ def free_ports(count):
     return ports
 
 
-def command(corpus, model_dir):
+def flags(corpus, model_dir, *extra):
     return [
-        str(BIN / "tft-train"),
         "--config=tiny",
         f"--data={corpus}",
-        "--dev_split=",
-        "--strategy=multi_worker",
-        "--train_steps=4",
-        "--checkpoint_every=2",
+        "--dev_split=val",
+        "--dev_bleu_sentences=5",
+        f"--train_steps={STEPS}",
+        "--steps_per_epoch=10",
+        "--checkpoint_every=5",
         "--tokens=512",
         "--max_length=64",
         "--vocab_size=120",
         "--set=dropout=0.0",
         f"--model_dir={model_dir}",
+        *extra,
     ]
 
 
-@pytest.mark.slow
-def test_two_workers_match_one_process(tmp_path):
-    corpus = tmp_path / "corpus"
-    write_corpus(corpus, n=300)
+def environment():
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(ROOT))
+    return env
 
-    single = tmp_path / "single"
-    done = subprocess.run(command(corpus, single), env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
 
-    ports = free_ports(2)
+def start_workers(count, argv_of, ports=None):
+    """``count`` worker processes; ``argv_of(index)`` gives each one's command."""
+    ports = ports or free_ports(count)
     cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
-    multi = tmp_path / "multi"
     workers = []
+    for index in range(count):
+        task = {"cluster": cluster, "task": {"type": "worker", "index": index}}
+        env = dict(environment(), TF_CONFIG=json.dumps(task))
+        workers.append(
+            subprocess.Popen(argv_of(index), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        )
+    return workers
+
+
+def finish(workers, timeout=600):
+    """``[(returncode, stderr)]`` of each worker; kills all of them on the way out."""
     try:
-        for index in range(2):
-            worker_env = dict(
-                env, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-            )
-            workers.append(
-                subprocess.Popen(
-                    command(corpus, multi),
-                    env=worker_env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-            )
-        outputs = [worker.communicate(timeout=300) for worker in workers]
+        outputs = [worker.communicate(timeout=timeout) for worker in workers]
+        return [(worker.returncode, stderr) for worker, (_, stderr) in zip(workers, outputs, strict=True)]
     finally:
         for worker in workers:
             if worker.poll() is None:
                 worker.kill()
                 worker.wait(timeout=30)
-    for worker, (_, stderr) in zip(workers, outputs, strict=True):
-        assert worker.returncode == 0, stderr[-3000:]
 
+
+def weights(run):
+    model, _ = restore_model(str(run))
+    return model.get_weights()
+
+
+def checkpoints(run):
+    return sorted(p.name for p in (run / "checkpoints").glob("ckpt-*.index"))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("corpus")
+    write_corpus(directory, n=300)
+    write_corpus(directory, n=30, seed=5, split="val")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, tmp_path_factory):
+    """One process on one device: the updates every layout must make."""
+    run = tmp_path_factory.mktemp("reference") / "run"
+    done = subprocess.run(
+        [str(BIN / "tft-train"), *flags(corpus, run)], env=environment(), capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run
+
+
+def assert_same_run(run, reference, same_val_loss=True, resumed_at=None):
+    for a, b in zip(weights(run), weights(reference), strict=True):
+        np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-4)  # float reassociation across layouts only
+    assert checkpoints(run) == checkpoints(reference)
+    ours = json.loads((run / "train_summary.json").read_text())
+    theirs = json.loads((reference / "train_summary.json").read_text())
+    assert ours["steps"] == theirs["steps"] == STEPS
+    # A rerun's history holds the epochs it trained; one it resumed within counts only the batches after.
+    skip = 1 if resumed_at and resumed_at % 10 else 0
+    keys = ["loss", "val_perplexity"] + (["val_loss"] if same_val_loss else [])
+    for key in keys:
+        mine = ours["history"][key][skip:]
+        np.testing.assert_allclose(mine, theirs["history"][key][-len(mine) :], rtol=1e-4)
+    assert ours["dev_bleu"] == pytest.approx(theirs["dev_bleu"], abs=1e-6)
+
+
+def test_four_workers_and_four_mirrored_devices_make_one_process_updates(corpus, reference, tmp_path):
+    mirrored = tmp_path / "mirrored"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.logical_devices", "4", "--strategy=mirrored", *flags(corpus, mirrored)],
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((mirrored / "config.json").read_text())["run"]["num_replicas"] == 4
+    assert_same_run(mirrored, reference, same_val_loss=False)
+
+    multi = tmp_path / "multi"
+    command = [str(BIN / "tft-train"), "--strategy=multi_worker", *flags(corpus, multi)]
+    results = finish(start_workers(4, lambda index: command))
+    for code, stderr in results:
+        assert code == 0, stderr[-3000:]
     summary = json.loads((multi / "train_summary.json").read_text())
-    assert summary["replicas"] == 2 and summary["steps"] == 4
-    reference, _ = restore_model(str(single))
-    trained, _ = restore_model(str(multi))
-    for a, b in zip(trained.get_weights(), reference.get_weights(), strict=True):
-        np.testing.assert_allclose(a, b, atol=1e-5)
-    initial = json.loads((single / "train_summary.json").read_text())["history"]["loss"]
-    np.testing.assert_allclose(summary["history"]["loss"], initial, rtol=1e-4)
+    assert summary["replicas"] == 4
+    assert_same_run(multi, reference)
+    # One vocabulary: the workers used the chief's, and trained none of their own.
+    assert not list(multi.glob(".worker-*/sp.model"))
+    assert (multi / "logs" / "validation").is_dir()
+
+
+def test_a_killed_worker_stops_the_other_and_a_rerun_resumes(corpus, reference, tmp_path):
+    multi = tmp_path / "multi"
+    command = [str(BIN / "tft-train"), "--strategy=multi_worker", "--worker_timeout=20", *flags(corpus, multi)]
+    workers = start_workers(2, lambda index: command)
+    try:
+        deadline = time.monotonic() + 300
+        while not (multi / "checkpoints" / "ckpt-5.index").exists():
+            assert time.monotonic() < deadline and workers[0].poll() is None, "no checkpoint written"
+            time.sleep(0.05)
+        workers[1].send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        (code, stderr), _ = finish(workers, timeout=180)
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+    assert code not in (0, None) and time.monotonic() - killed_at < 180
+    assert "lost contact with the other workers" in stderr and "run every worker's command again" in stderr, stderr[
+        -3000:
+    ]
+    latest = tf.train.latest_checkpoint(str(multi / "checkpoints"))
+    assert 5 <= int(latest.rsplit("-", 1)[1]) < STEPS  # killed before the end: the rerun has steps left
+
+    for code, stderr in finish(start_workers(2, lambda index: command)):
+        assert code == 0, stderr[-3000:]
+    assert_same_run(multi, reference, resumed_at=int(latest.rsplit("-", 1)[1]))
+
+
+def test_a_worker_that_cannot_see_the_chiefs_model_dir_stops_with_an_error(corpus, tmp_path):
+    def command(index):
+        own = tmp_path / ("shared" if index == 0 else "local")  # worker 1 does not see the chief's directory
+        return [str(BIN / "tft-train"), "--strategy=multi_worker", "--worker_timeout=15", *flags(corpus, own)]
+
+    start = time.monotonic()
+    (chief_code, chief_err), (code, stderr) = finish(start_workers(2, command), timeout=300)
+    assert code not in (0, None) and chief_code not in (0, None)
+    assert "shared filesystem" in stderr and str(tmp_path / "local") in stderr, stderr[-3000:]
+    assert not (tmp_path / "local" / "sp.model").exists()  # no vocabulary of its own
+    assert "lost contact with the other workers" in chief_err, chief_err[-3000:]
+    assert time.monotonic() - start < 300
+
+
+def test_a_time_budget_stops_every_worker_after_the_same_step(corpus, tmp_path):
+    multi = tmp_path / "multi"
+
+    def command(index):  # the workers' clocks disagree: one of them asks to stop much earlier
+        budget = "0.05" if index == 1 else "30"
+        return [
+            str(BIN / "tft-train"),
+            "--strategy=multi_worker",
+            f"--max_minutes={budget}",
+            *flags(corpus, multi, "--train_steps=100000"),
+        ]
+
+    results = finish(start_workers(2, command))
+    for code, stderr in results:
+        assert code == 0, stderr[-3000:]
+    chief = json.loads((multi / "train_summary.json").read_text())
+    other = json.loads((multi / ".worker-1" / "train_summary.json").read_text())
+    assert chief["steps"] == other["steps"] < 100000
+    assert checkpoints(multi)[-1] == f"ckpt-{chief['steps']}.index"

@@ -54,6 +54,13 @@ flags.DEFINE_string(
     "Start a new run from the weights of another run (its directory, or a checkpoint in it), with a new "
     "optimizer and schedule, e.g. fine-tuning on new data; its vocabulary is used.",
 )
+flags.DEFINE_float(
+    "worker_timeout",
+    600.0,
+    "--strategy multi_worker: seconds a worker waits for the others (the chief's vocabulary, each collective) "
+    "before stopping with an error, so that a dead worker does not hang the rest.",
+    lower_bound=1.0,
+)
 flags.DEFINE_multi_string("set", [], "Override a config field, e.g. --set dropout=0.2 (repeatable).")
 
 
@@ -79,7 +86,9 @@ def main(argv):
     from configs import get_config
     from pipelines import DataError
     from tf_transformer.run_dir import WriteError
+    from tf_transformer.training.multi_worker import ClusterError
     from tf_transformer.training.resume import ResumeError
+    from tf_transformer.training.setup import OptionError
     from tf_transformer.training.trainer import RunOptions, train
 
     logging.set_verbosity(logging.INFO)
@@ -107,13 +116,16 @@ def main(argv):
         dev_bleu_sentences=FLAGS.dev_bleu_sentences,
         max_minutes=FLAGS.max_minutes,
         init_from=FLAGS.init_from,
+        worker_timeout=FLAGS.worker_timeout,
         verbose="auto" if os.isatty(1) else 2,
     )
     print(f"TensorBoard: tensorboard --logdir {os.path.join(FLAGS.model_dir, 'logs')}", flush=True)
     try:
         summary = train(config, options, FLAGS.model_dir)
-    except (DataError, ResumeError) as error:
+    except (DataError, ResumeError, OptionError) as error:
         raise app.UsageError(str(error)) from None
+    except ClusterError as error:  # a worker lost, or a model_dir the workers do not share
+        sys.exit(f"tft-train: {error}")
     except WriteError as error:  # a full disk: nothing half-written is left, the message says what is intact
         sys.exit(f"tft-train: {error}")
     print(json.dumps({k: v for k, v in summary.items() if k != "history"}))

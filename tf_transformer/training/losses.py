@@ -76,31 +76,67 @@ def label_smoothed_nll(labels, logits, label_smoothing: float):
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class LabelSmoothedCrossEntropy(keras.losses.Loss):
-    """Cross-entropy against ``(1 − ε)·one_hot + ε/V``, averaged over non-padding tokens.
+    """Cross-entropy against ``(1 − ε)·one_hot + ε/V``, averaged over the target tokens of the global batch.
 
     Section 5.4: "During training, we employed label smoothing of value
     ε_ls = 0.1 [Szegedy et al.]. This hurts perplexity, as the model learns to
     be more unsure, but improves accuracy and BLEU score." Computed in float32
     whatever the compute dtype; labels equal to ``pad_id`` carry no weight.
 
+    One update is the mean over the tokens of one global batch, however it is
+    cut (section 5.1; :mod:`pipelines.global_batches`):
+
+    * training batches carry ``sample_weight``, one weight per row equal to
+      ``1 / T`` for the ``T`` target tokens of the whole update, and the loss is
+      ``Σ weight × token loss`` times ``accumulate_steps``, as Keras averages the
+      gradients it accumulates. Replicas' gradients are summed (Keras's
+      optimizer under ``tf.distribute``), so any cut gives the update of the
+      whole batch;
+    * without weights (validation), the token sum is divided by the token count
+      summed over the replicas in sync.
+
+    Keras reports a replica's loss times the replica count (it expects each
+    replica's loss divided by it), so the loss shown is the batch's mean.
+
     Args:
       label_smoothing: ε_ls.
       pad_id: label id that is ignored.
+      accumulate_steps: micro-batches per update whose gradients Keras averages.
     """
 
-    def __init__(self, label_smoothing: float = 0.1, pad_id: int = PAD_ID, name="label_smoothed_cross_entropy", **kw):
+    def __init__(
+        self,
+        label_smoothing: float = 0.1,
+        pad_id: int = PAD_ID,
+        accumulate_steps: int = 1,
+        name="label_smoothed_cross_entropy",
+        **kw,
+    ):
         super().__init__(name=name, **kw)
         self.label_smoothing = label_smoothing
         self.pad_id = pad_id
+        self.accumulate_steps = accumulate_steps
 
-    def call(self, y_true, y_pred):
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        # Keras's __call__ would apply the weights to the reduced value and divide by the replica count.
+        with tf.name_scope(self.name):
+            return self.call(y_true, y_pred, sample_weight)
+
+    def call(self, y_true, y_pred, sample_weight=None):
         labels, mask = _labels_and_mask(y_true, self.pad_id)  # [batch, len] each
-        nll = label_smoothed_nll(labels, y_pred, self.label_smoothing)  # [batch, len]
-        return ops.sum(nll * mask) / ops.maximum(ops.sum(mask), 1.0)
+        nll = label_smoothed_nll(labels, y_pred, self.label_smoothing) * mask  # [batch, len]
+        if sample_weight is not None:
+            weights = ops.cast(ops.reshape(sample_weight, [-1, 1]), "float32")  # [batch, 1]
+            return ops.sum(nll * weights) * float(self.accumulate_steps)
+        tokens = ops.sum(mask)
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            tokens = context.all_reduce(tf.distribute.ReduceOp.SUM, tokens)
+        return ops.sum(nll) / ops.maximum(tokens, 1.0)
 
     def get_config(self):
         config = super().get_config()
-        config.update(label_smoothing=self.label_smoothing, pad_id=self.pad_id)
+        config.update(label_smoothing=self.label_smoothing, pad_id=self.pad_id, accumulate_steps=self.accumulate_steps)
         return config
 
 

@@ -21,7 +21,6 @@ from absl import logging
 import pipelines
 from configs import RunOptions, TransformerConfig
 from tf_transformer import run_dir
-from tf_transformer.inference import IncrementalDecoder, greedy_search
 from tf_transformer.model import build_transformer
 from tf_transformer.training import resume
 from tf_transformer.training.callbacks import (
@@ -32,77 +31,42 @@ from tf_transformer.training.callbacks import (
     StopAfterMinutes,
     StopAtStep,
     StopOnSignal,
-    TargetTokens,
     TrainingMonitor,
 )
-from tf_transformer.training.losses import LabelSmoothedCrossEntropy, TokenAccuracy, TokenPerplexity
 from tf_transformer.training.multi_worker import train_multi_worker
 from tf_transformer.training.optimizers import micro_batches_done
-from tf_transformer.training.schedules import paper_optimizer
+from tf_transformer.training.setup import (
+    check_jit_compile,
+    check_model_dir,
+    compile_model,
+    dev_data,
+    initialize_from,
+    total_micro_batches,
+    training_data,
+    translate_fn,
+    update_count,
+    weighted_stream,
+)
 from tf_transformer.training.strategy import default_jit_compile, make_strategy, set_precision
 
-
-def _prepare_model_dir(model_dir: str, config: TransformerConfig, options: RunOptions) -> TransformerConfig:
-    """Creates the directory, or checks a resumed run uses the same model config."""
-    os.makedirs(model_dir, exist_ok=True)
-    if os.path.exists(os.path.join(model_dir, run_dir.CONFIG_FILE)):
-        stored, _ = run_dir.load_run(model_dir)
-        differing = [
-            f.name
-            for f in dataclasses.fields(config)
-            if f.name != "vocab_size" and getattr(config, f.name) != getattr(stored, f.name)
-        ]
-        if differing:
-            raise ValueError(
-                f"{model_dir} holds a run with a different model config (fields: {', '.join(differing)}); "
-                "use a new --model_dir or the original --config"
-            )
-    return config
-
-
-def compile_model(model, config: TransformerConfig, accumulate_steps: int = 1, jit_compile: bool = False):
-    """Compiles with the paper's recipe: label smoothing, Adam 0.9/0.98/1e-9, eq. 3."""
-    model.compile(
-        optimizer=paper_optimizer(config.d_model, config.warmup_steps, config.learning_rate_scale, accumulate_steps),
-        loss=LabelSmoothedCrossEntropy(config.label_smoothing),
-        metrics=[TokenAccuracy(), TokenPerplexity(), TargetTokens()],
-        jit_compile=jit_compile,
-    )
-    return model
-
-
-def translate_fn(model, tokenizer, extra_length: int = 50, batch_tokens: int = 4096):
-    """A function translating a list of strings by greedy search (dev BLEU during training).
-
-    Greedy search over the decoding cache, so dev BLEU each epoch costs seconds.
-    """
-    decoding = IncrementalDecoder(model)
-    decode = tf.function(
-        lambda ids: greedy_search(model, ids, extra_length=extra_length, decoding=decoding), reduce_retracing=True
-    )
-
-    def translate(sources: list[str]) -> list[str]:
-        batches = list(pipelines.evaluation_dataset(sources, tokenizer, tokens_per_batch=batch_tokens))
-        outputs = [tokenizer.detokenize(decode(b["inputs"])).numpy() for b in batches]
-        restored = pipelines.restore_order([b["index"].numpy() for b in batches], outputs, len(sources))
-        return [text.decode("utf-8") for text in restored]
-
-    return translate
+__all__ = ["RunOptions", "compile_model", "train", "translate_fn"]
 
 
 def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dict:
     """Trains (or resumes) a model in ``model_dir``; returns a summary dict."""
     # First: MultiWorkerMirroredStrategy must configure collectives before TensorFlow starts.
-    strategy = make_strategy(options.strategy)
-    config = _prepare_model_dir(model_dir, config, options)
+    strategy = make_strategy(options.strategy, options.worker_timeout)
+    check_model_dir(model_dir, config)
     keras.utils.set_random_seed(options.seed)  # initialization and dropout; data order uses the seed too
     set_precision(options.precision)
     if options.strategy == "multi_worker":
         return train_multi_worker(config, options, model_dir, strategy)
     jit_compile = default_jit_compile() if options.jit_compile is None else options.jit_compile
+    check_jit_compile(strategy, jit_compile)
     accumulate = max(1, options.accumulate_steps)
+    replicas = strategy.num_replicas_in_sync
 
-    run = {**dataclasses.asdict(options), "num_replicas": strategy.num_replicas_in_sync}
+    run = {**dataclasses.asdict(options), "num_replicas": replicas}
     resuming = tf.train.get_checkpoint_state(run_dir.checkpoint_dir(model_dir)) is not None
     if resuming:
         resume.check_unchanged(model_dir, config, run)  # before config.json is rewritten
@@ -117,45 +81,10 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
     if options.init_from and not resuming:
         resume.check_architecture(config, run_dir.load_run(source_dir)[0], source_dir)
     run_dir.save_run(model_dir, config, run)
-    tokens = options.tokens or config.tokens_per_batch
-    max_length = options.max_length or config.max_sequence_length
-    data = pipelines.training_dataset(
-        corpus,
-        tokenizer,
-        tokens_per_batch=tokens,
-        max_length=max_length,
-        num_replicas=strategy.num_replicas_in_sync,
-        pad_to_bucket_boundary=jit_compile,
-        seed=options.seed,
-        deterministic=True,
-        repeat=True,
-        cache_dir=os.path.join(model_dir, "data_cache"),
-    )
+    data = training_data(corpus, tokenizer, config, options, replicas, jit_compile, model_dir)
     steps_per_epoch = options.steps_per_epoch or data.batches_per_epoch
-    if options.train_steps:
-        total_micro = options.train_steps * accumulate
-    elif options.epochs:
-        total_micro = options.epochs * steps_per_epoch
-    else:
-        total_micro = config.train_steps * accumulate
-
-    validation = None
-    dev_sources, dev_references = [], []
-    if options.dev_split:
-        dev = pipelines.find_split(options.data, options.dev_split, options.src, options.tgt)
-        validation = pipelines.training_dataset(
-            dev,
-            tokenizer,
-            tokens_per_batch=tokens,
-            max_length=max_length,
-            num_replicas=strategy.num_replicas_in_sync,
-            pad_to_bucket_boundary=jit_compile,
-            shuffle=False,
-            cache_dir=os.path.join(model_dir, "data_cache"),
-            name=options.dev_split,
-        ).dataset
-        pairs = list(dev.pairs())[: options.dev_bleu_sentences]
-        dev_sources, dev_references = [p[0] for p in pairs], [p[1] for p in pairs]
+    total_micro = total_micro_batches(config, options, steps_per_epoch)
+    validation, dev_sources, dev_references = dev_data(tokenizer, config, options, replicas, jit_compile, model_dir)
 
     with strategy.scope():
         model = build_transformer(config)
@@ -170,10 +99,7 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
     if resumed:
         logging.info("Resumed from %s", resumed)
     elif options.init_from:
-        # Through a model of its own: the compiled model's checkpoint would also restore the optimizer.
-        source, _ = run_dir.restore_model(source_dir, init_checkpoint)
-        for weight, value in zip(model.weights, source.weights, strict=True):
-            weight.assign(value)
+        initialize_from(model, source_dir, init_checkpoint)
         logging.info("Initialized the weights from %s; the optimizer and the schedule start at step 0", init_checkpoint)
     if resumed and not resume.holds(resumed, resume.POSITION):  # written by an older version
         position.batches.assign(micro_batches_done(model.optimizer))
@@ -186,7 +112,7 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
         dev_references=dev_references,
         translate=translate_fn(model, tokenizer, config.extra_decode_length) if dev_sources else None,
     )
-    train_steps = math.ceil(total_micro / accumulate)
+    train_steps = update_count(total_micro, accumulate)
     checkpointer = StepCheckpoint(manager, options.checkpoint_every, accumulate)
     stop_on_signal = StopOnSignal(checkpointer)
     callbacks = [
@@ -221,7 +147,7 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
         try:
             with stop_on_signal:
                 result = model.fit(
-                    data.starting_at(done_micro),
+                    weighted_stream(data, done_micro, accumulate),
                     validation_data=validation,
                     epochs=epochs,
                     initial_epoch=initial_epoch,
