@@ -4,7 +4,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow lint format install clean
+# TF Serving's official builds embed TensorFlow Text 2.12.1: the slow tests load exports there too.
+SERVING_VENV ?= .venv-tf212
+SERVING_STAMP := $(SERVING_VENV)/.installed
+
+.PHONY: demo test test-slow lint format install serving-venv clean
 
 $(STAMP): setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -12,6 +16,14 @@ $(STAMP): setup.py pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+$(SERVING_STAMP):
+	test -x $(SERVING_VENV)/bin/python || $(PYTHON) -m venv $(SERVING_VENV)
+	$(SERVING_VENV)/bin/pip install --quiet --disable-pip-version-check tensorflow==2.12.1 tensorflow-text==2.12.1
+	touch $(SERVING_STAMP)
+
+# About 600 MB: only the slow tests need it.
+serving-venv: $(SERVING_STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -28,8 +40,8 @@ demo: $(STAMP)
 test: lint
 	$(PY) -m pytest
 
-test-slow: lint
+test-slow: lint $(SERVING_STAMP)
 	$(PY) -m pytest -m slow
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(SERVING_VENV) build *.egg-info .pytest_cache

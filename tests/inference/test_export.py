@@ -11,7 +11,8 @@ import tensorflow as tf
 
 from pipelines import Tokenizer
 from tests.commands import BIN, export_cli
-from tf_transformer.inference.export import export_run
+from tests.corpora import WORDS
+from tf_transformer.inference.export import EXPORT_INFO, export_run
 from tf_transformer.inference.translator import Translator
 from tf_transformer.run_dir import restore_model
 
@@ -132,3 +133,46 @@ def test_export_with_streams_translates_as_in_process(tiny_run, tmp_path):
 def test_existing_export_is_not_overwritten(tiny_run, tiny_export):
     with pytest.raises(FileExistsError, match="exists"):
         export_run(str(tiny_run), str(tiny_export))
+
+
+def sentence_of(tokenizer, tokens: int) -> str:
+    """A sentence of the tiny corpus's words that the tokenizer cuts into exactly ``tokens`` pieces."""
+    processor, words = tokenizer.python_processor(), []
+    while len(processor.encode(" ".join(words))) < tokens:
+        fits = [word for word in WORDS if len(processor.encode(" ".join([*words, word]))) <= tokens]
+        words.append(fits[len(words) % len(fits)])
+    assert len(processor.encode(" ".join(words))) == tokens
+    return " ".join(words)
+
+
+def test_export_refuses_sources_over_its_limit_with_a_clear_error(tiny_run, tmp_path):
+    """By default the limit is training's max_length (64, EOS included); ids outside the vocabulary fail too."""
+    output = export_run(str(tiny_run), str(tmp_path / "limited" / "1"), extra_length=10)
+    info = json.loads((tmp_path / "limited" / "1" / EXPORT_INFO).read_text())
+    assert info["max_source_length"] == 64 and info["source_vocab_size"] == 120
+    tokenizer = Tokenizer(str(tiny_run / "sp.model"))
+    longest, too_long = sentence_of(tokenizer, 63), sentence_of(tokenizer, 64)  # + EOS: 64 and 65
+    signatures = tf.saved_model.load(output).signatures
+    assert signatures["serving_default"](inputs=tf.constant([longest, "zeta"]))["translations"].shape == [2]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="maximum source length of 64 tokens"):
+        signatures["serving_default"](inputs=tf.constant([too_long, "zeta"]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="maximum source length of 64 tokens"):
+        signatures["translate_ids"](inputs=tf.constant([[9] * 64 + [3]], tf.int32))
+    for bad in ([[9, 120, 3]], [[9, -1, 3]]):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="Token ids must"):
+            signatures["translate_ids"](inputs=tf.constant(bad, tf.int32))
+
+
+def test_truncating_export_translates_a_long_source_as_its_first_tokens(tiny_run, tmp_path):
+    model, _ = restore_model(str(tiny_run))
+    tokenizer = Tokenizer(str(tiny_run / "sp.model"))
+    translator = Translator(model, tokenizer, beam_size=2, extra_length=5, max_source_length=8, truncate_source=True)
+    ids = tokenizer.python_processor().encode(sentence_of(tokenizer, 20))
+    long, first = tf.constant([ids + [3], ids[:5] + [3] + [0] * 15]), tf.constant([ids[:7] + [3]] * 2)
+    cut = translator.translate_ids(long)
+    expected = translator.translate_ids(first)  # already within the limit: not changed
+    np.testing.assert_array_equal(cut["ids"][0], expected["ids"][0])
+    short = translator.translate_ids(tf.constant([ids[:5] + [3]]))  # a short row of the batch is untouched
+    np.testing.assert_array_equal(cut["ids"][1, : short["ids"].shape[1]], short["ids"][0])
+    with pytest.raises(ValueError, match="needs a max_source_length"):
+        Translator(model, tokenizer, truncate_source=True)

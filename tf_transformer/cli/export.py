@@ -37,6 +37,23 @@ flags.DEFINE_integer(
     "--tensorflow_inter_op_parallelism=N; tft-serve/tft-translate: --intra_op_threads 1 --inter_op_threads N).",
     lower_bound=1,
 )
+flags.DEFINE_integer(
+    "max_source_length",
+    None,
+    "Longest source sentence the export accepts, in subwords with EOS (default: the training run's --max_length, "
+    "the longest sentence it learned from). A longer one fails its request with an error naming the limit, "
+    "unless --truncate_source. Bounds a request's memory: self-attention grows with the square of the length.",
+    lower_bound=2,
+)
+flags.DEFINE_bool(
+    "truncate_source", False, "Cut a longer source to --max_source_length (its first tokens and EOS) instead."
+)
+flags.DEFINE_bool(
+    "ids_only",
+    False,
+    "Export translate_ids alone (also as serving_default): token ids in and out, no tensorflow-text op in the "
+    "graph, for TF Serving builds without TF Text. Clients tokenize with the export's assets/sp.model.",
+)
 flags.DEFINE_bool("overwrite", False, "Replace an existing export directory.")
 
 
@@ -59,9 +76,12 @@ def main(argv):
             max_length=FLAGS.max_length,
             dtype=FLAGS.dtype,
             streams=FLAGS.streams,
+            max_source_length=FLAGS.max_source_length,
+            truncate_source=FLAGS.truncate_source,
+            ids_only=FLAGS.ids_only,
             overwrite=FLAGS.overwrite,
         )
-    except (FileNotFoundError, FileExistsError, CheckpointError, WriteError) as error:
+    except (FileNotFoundError, FileExistsError, CheckpointError, WriteError, ValueError) as error:
         raise app.UsageError(str(error)) from None
     print(json.dumps({"exported": path, "checkpoint": checkpoint}))
 

@@ -13,10 +13,19 @@ Signatures:
     → ``ids: int32[batch, out_len]``, ``scores: float32[batch]``.
 The SentencePiece model is embedded in the graph's tokenizer ops and also
 shipped as ``assets/sp.model`` for clients that tokenize themselves.
+
+An ``ids_only`` export has ``translate_ids`` alone, also as ``serving_default``:
+its graph holds no tensorflow-text op, so TF Serving builds without TF Text
+load it, and clients tokenize with ``assets/sp.model``.
+
+``assets.extra/tf_transformer.json`` (:data:`EXPORT_INFO`) records what a server
+checks before running a request (the longest source, the vocabulary size) and
+the decoding settings fixed in the graph; TF Serving ignores the file.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -27,11 +36,36 @@ from pipelines.vocab import Tokenizer
 from tf_transformer.atomic import replace_directory, staging_directory
 from tf_transformer.inference.precision import inference_copy
 from tf_transformer.inference.translator import Translator
-from tf_transformer.run_dir import restore_model, vocabulary_path, write_failed
+from tf_transformer.run_dir import load_run, restore_model, vocabulary_path, write_failed
+
+EXPORT_INFO = os.path.join("assets.extra", "tf_transformer.json")
 
 
-def export_translator(translator: Translator, vocabulary_path: str, output: str, overwrite: bool = False) -> str:
+def export_info(translator: Translator, ids_only: bool) -> dict:
+    """What :data:`EXPORT_INFO` holds for ``translator``."""
+    model = translator.model
+    return {
+        "signatures": ["serving_default", "translate_ids"],
+        "serving_default": "translate_ids" if ids_only else "translate",
+        "max_source_length": translator.max_source_length,
+        "truncate_source": translator.truncate_source,
+        "source_vocab_size": model.src_vocab_size or model.vocab_size,
+        "beam_size": translator.beam_size,
+        "alpha": translator.alpha,
+        "extra_length": translator.extra_length,
+        "min_length": translator.min_length,
+        "max_length": translator.max_length,
+        "streams": translator.streams,
+        "dtype": model.dtype_policy.name,
+    }
+
+
+def export_translator(
+    translator: Translator, vocabulary_path: str, output: str, overwrite: bool = False, ids_only: bool = False
+) -> str:
     """Writes ``translator`` as a SavedModel at ``output``, atomically (:mod:`tf_transformer.atomic`).
+
+    ``ids_only``: no string signature and no tensorflow-text op (see the module).
 
     What is exported is a frozen copy (``Translator.frozen``): the decoder's
     kernels are saved in the layout decoding multiplies with, so a request does
@@ -49,16 +83,20 @@ def export_translator(translator: Translator, vocabulary_path: str, output: str,
         # Keras model too would save every weight a second time (as its Keras
         # variable and as the TensorFlow variable the graph captures), and its
         # decoder kernels a third, next to their frozen decoding layout.
-        archive.track(translator.tokenizer)
+        ids_spec = tf.TensorSpec([None, None], tf.int32, name="inputs")
+        if ids_only:
+            archive.add_endpoint(
+                "serving_default", lambda inputs: translator.translate_ids(inputs), input_signature=[ids_spec]
+            )
+        else:
+            archive.track(translator.tokenizer)
+            archive.add_endpoint(
+                "serving_default",
+                lambda inputs: translator.translate(inputs),
+                input_signature=[tf.TensorSpec([None], tf.string, name="inputs")],
+            )
         archive.add_endpoint(
-            "serving_default",
-            lambda inputs: translator.translate(inputs),
-            input_signature=[tf.TensorSpec([None], tf.string, name="inputs")],
-        )
-        archive.add_endpoint(
-            "translate_ids",
-            lambda inputs: translator.translate_ids(inputs),
-            input_signature=[tf.TensorSpec([None, None], tf.int32, name="inputs")],
+            "translate_ids", lambda inputs: translator.translate_ids(inputs), input_signature=[ids_spec]
         )
         target = os.path.join(staging, "model")
         archive.write_out(target, verbose=False)
@@ -66,6 +104,9 @@ def export_translator(translator: Translator, vocabulary_path: str, output: str,
         # the export too, for clients that tokenize themselves.
         os.makedirs(os.path.join(target, "assets"), exist_ok=True)
         shutil.copyfile(vocabulary_path, os.path.join(target, "assets", "sp.model"))
+        os.makedirs(os.path.join(target, "assets.extra"), exist_ok=True)
+        with open(os.path.join(target, EXPORT_INFO), "w", encoding="utf-8") as handle:
+            json.dump(export_info(translator, ids_only), handle, indent=2)
         replace_directory(target, output)  # an existing export stays whole until the new one is in place
     except (tf.errors.OpError, OSError) as error:  # a full disk, a quota: nothing of this export is left
         raise write_failed("export", output, error, os.path.exists(output)) from None
@@ -86,15 +127,26 @@ def export_run(
     max_length: int | None = None,
     dtype: str | None = None,
     streams: int = 1,
+    max_source_length: int | None = None,
+    truncate_source: bool = False,
+    ids_only: bool = False,
 ) -> str:
     """Exports the run in ``model_dir`` (its averaged or newest checkpoint) to ``output``.
 
     The decoding settings (beam, α, length limits, ``streams`` of
     :class:`~tf_transformer.inference.translator.Translator`) are fixed in the exported graph.
+    ``max_source_length`` defaults to the longest sentence training kept (its
+    ``max_length``), the longest the model has learned to translate.
     ``dtype`` (e.g. ``"bfloat16"``) stores and computes the weights in that dtype
     (:func:`~tf_transformer.inference.precision.inference_copy`); by default float32.
     """
     model, config = restore_model(model_dir, checkpoint)
+    if max_source_length is None:
+        max_source_length = training_max_length(model_dir)
+    if config.position == "learned" and max_source_length > config.max_length:
+        raise ValueError(
+            f"max_source_length {max_source_length} exceeds the {config.max_length} positions the model learned"
+        )
     if dtype is not None and dtype != model.dtype_policy.name:
         model = inference_copy(model, dtype)
     vocabulary = vocabulary_path(model_dir)
@@ -107,5 +159,13 @@ def export_run(
         min_length=min_length,
         max_length=max_length,
         streams=streams,
+        max_source_length=max_source_length,
+        truncate_source=truncate_source,
     )
-    return export_translator(translator, vocabulary, output, overwrite=overwrite)
+    return export_translator(translator, vocabulary, output, overwrite=overwrite, ids_only=ids_only)
+
+
+def training_max_length(model_dir: str) -> int:
+    """The longest sentence (subwords with EOS, per side) that training in ``model_dir`` kept."""
+    config, options = load_run(model_dir)
+    return options.get("max_length") or config.max_sequence_length

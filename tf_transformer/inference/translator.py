@@ -32,6 +32,13 @@ class Translator(tf.Module):
         per search. A frozen translator does not follow later changes of the
         model's weights; :func:`~tf_transformer.inference.export.export_translator`
         exports a frozen copy (:meth:`frozen`).
+      max_source_length: the longest source a search accepts, in tokens with EOS
+        (``None``: any). Self-attention's memory grows with the square of the
+        source length and the decoder's cache with source + ``extra_length``, so
+        a server needs this bound: one very long sentence must not exhaust it.
+        A longer source fails the call with ``InvalidArgumentError`` naming the
+        limit, unless ``truncate_source``: then it is cut to its first
+        ``max_source_length - 1`` tokens and EOS.
       streams: split every batch into this many equal parts, each searched by its
         own loop in the same graph; TensorFlow's executor runs the loops side by
         side on its inter-op threads (CTranslate2's ``inter_threads``). Meant for
@@ -53,12 +60,18 @@ class Translator(tf.Module):
         max_length: int | None = None,
         freeze_weights: bool = False,
         streams: int = 1,
+        max_source_length: int | None = None,
+        truncate_source: bool = False,
     ):
         super().__init__(name="translator")
         if max_length is not None and max_length < 1:
             raise ValueError(f"max_length must be positive, got {max_length}")
         if streams < 1:
             raise ValueError(f"streams must be positive, got {streams}")
+        if max_source_length is not None and max_source_length < 2:
+            raise ValueError(f"max_source_length must be at least 2 (a token and EOS), got {max_source_length}")
+        if truncate_source and max_source_length is None:
+            raise ValueError("truncate_source needs a max_source_length")
         self.model = model
         self.tokenizer = tokenizer
         self.beam_size = beam_size
@@ -67,6 +80,8 @@ class Translator(tf.Module):
         self.min_length = min_length
         self.max_length = max_length
         self.streams = streams
+        self.max_source_length = max_source_length
+        self.truncate_source = truncate_source
         self.decoding = IncrementalDecoder(model)
         self.frozen_weights = None
         if freeze_weights:
@@ -87,6 +102,8 @@ class Translator(tf.Module):
             max_length=self.max_length,
             freeze_weights=True,
             streams=self.streams,
+            max_source_length=self.max_source_length,
+            truncate_source=self.truncate_source,
         )
 
     def search(
@@ -186,9 +203,45 @@ class Translator(tf.Module):
             first_step_fn=first_step_fn,
         )
 
+    def limit_source(self, inputs):
+        """``int32[batch, src_len]`` held to ``max_source_length``: refused, or cut when ``truncate_source``."""
+        if self.max_source_length is None:
+            return inputs
+        limit = self.max_source_length
+        lengths = tf.reduce_sum(tf.cast(inputs != PAD_ID, tf.int32), axis=1)  # [batch]
+        if not self.truncate_source:
+            check = tf.debugging.assert_less_equal(
+                lengths,
+                limit,
+                message=f"A source sentence is longer than this model's maximum source length of {limit} tokens "
+                "(EOS included); shorten or split it",
+            )
+            with tf.control_dependencies([check]):
+                return tf.identity(inputs)
+        clipped = inputs[:, :limit]  # [batch, min(src_len, limit)]
+        last = tf.range(tf.shape(clipped)[1]) == limit - 1  # [width]: the column EOS moves to
+        return tf.where((lengths > limit)[:, None] & last[None, :], EOS_ID, clipped)
+
+    def check_ids(self, inputs):
+        """``int32[batch, src_len]`` from a client: every id inside the vocabulary, or a clear error."""
+        vocab_size = self.model.src_vocab_size or self.model.vocab_size
+        checks = [
+            tf.debugging.assert_non_negative(inputs, message="Token ids must not be negative"),
+            tf.debugging.assert_less(
+                inputs, vocab_size, message=f"Token ids must be below the vocabulary size {vocab_size}"
+            ),
+        ]
+        with tf.control_dependencies(checks):
+            return tf.identity(inputs)
+
     def translate_ids(self, inputs):
-        """``int32[batch, src_len]`` → ``{"ids": int32[batch, out_len], "scores": float32[batch]}`` (best only)."""
-        ids, scores, _ = self.search(inputs)
+        """``int32[batch, src_len]`` → ``{"ids": int32[batch, out_len], "scores": float32[batch]}`` (best only).
+
+        Ids outside the vocabulary and sources over ``max_source_length`` fail the
+        call with ``InvalidArgumentError`` naming the problem (an embedding lookup
+        would fail too, but its message names no input).
+        """
+        ids, scores, _ = self.search(self.limit_source(self.check_ids(tf.convert_to_tensor(inputs, tf.int32))))
         return {"ids": ids[:, 0], "scores": scores[:, 0]}
 
     def encode_strings(self, texts):
@@ -205,7 +258,7 @@ class Translator(tf.Module):
         """
         texts = tf.convert_to_tensor(texts, tf.string)
         empty = tf.equal(tf.strings.length(tf.strings.strip(texts)), 0)  # [batch]
-        ids, scores, _ = self.search(self.encode_strings(texts))
+        ids, scores, _ = self.search(self.limit_source(self.encode_strings(texts)))
         batch = tf.shape(ids)[0]
         flat = tf.reshape(ids[:, :nbest], [batch * nbest, -1])  # [batch * nbest, len]
         strings = tf.reshape(self.tokenizer.detokenize(flat), [batch, nbest])

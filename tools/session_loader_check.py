@@ -1,0 +1,69 @@
+"""Runs every signature of an export through the session-based loader, as TF Serving does.
+
+Meant for a second environment holding the TensorFlow and TensorFlow Text that
+TF Serving's official builds embed (2.12.1 each; ``make serving-venv`` builds
+it), so that it checks the export's ops against that op set. It is a stand-in:
+TF 2.12's Python session loader, not TF Serving's binary, which cannot be
+installed here. It imports nothing from this project.
+
+    .venv-tf212/bin/python tools/session_loader_check.py EXPORT '{"strings": ["a b"], "ids": [[9, 3]]}'
+
+Each signature is fed by its SignatureDef's tensor names: a string input gets
+``strings``, an integer input ``ids``. ``--without_tf_text`` loads without
+importing tensorflow_text (for an ``--ids_only`` export, which must not need
+it). Prints one JSON object: the TensorFlow version and each signature's
+outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+
+def _jsonable(value):
+    value = np.asarray(value)
+    if value.dtype == object:
+        return [v.decode("utf-8") if isinstance(v, bytes) else _jsonable(v) for v in value.tolist()]
+    return value.tolist()
+
+
+def run_signatures(export: str, inputs: dict) -> dict:
+    """``{signature: {output: value}}`` for every signature of ``export`` but the loader's own."""
+    import tensorflow as tf
+
+    results = {}
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], export)
+        for name, signature in sorted(meta.signature_def.items()):
+            if name == "__saved_model_init_op":
+                continue
+            feed = {}
+            for key, tensor in signature.inputs.items():
+                kind = "strings" if tensor.dtype == tf.string.as_datatype_enum else "ids"
+                if kind not in inputs:
+                    raise SystemExit(f"signature {name!r} input {key!r} needs {kind!r} in the inputs")
+                feed[tensor.name] = inputs[kind]
+            fetches = {key: tensor.name for key, tensor in signature.outputs.items()}
+            results[name] = {key: _jsonable(value) for key, value in session.run(fetches, feed).items()}
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("export", help="an export's version directory")
+    parser.add_argument("inputs", help='JSON: {"strings": [...], "ids": [[...], ...]}')
+    parser.add_argument("--without_tf_text", action="store_true", help="do not import tensorflow_text")
+    args = parser.parse_args()
+    import tensorflow as tf
+
+    if not args.without_tf_text:
+        import tensorflow_text  # noqa: F401  (registers the SentencePiece ops, as TF Serving links them in)
+    results = run_signatures(args.export, json.loads(args.inputs))
+    print(json.dumps({"tensorflow": tf.__version__, "signatures": results}))
+
+
+if __name__ == "__main__":
+    main()
