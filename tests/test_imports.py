@@ -26,7 +26,8 @@ RANKS = {
     "tf_transformer.evaluation": 4,
     "tf_transformer.inference": 5,
     "tf_transformer.training": 5,
-    "tf_transformer.cli": 6,
+    "tf_transformer.serving": 6,
+    "tf_transformer.cli": 7,
 }
 # The exceptions, each with the names it may take (None: the module as a whole). Training's one
 # door into inference is the package's documented names (dev BLEU by greedy search); the root

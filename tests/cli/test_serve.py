@@ -1,95 +1,196 @@
-"""tft-serve: TF Serving's REST API on 127.0.0.1 under concurrent clients."""
+"""tft-serve on 127.0.0.1: TF Serving's REST API, concurrency, limits and client mistakes, versions, shutdown."""
 
+import concurrent.futures
 import json
-import subprocess
+import shutil
+import signal
+import socket
+import threading
+import time
 
-from tests.commands import BIN
+import pytest
 
+from tests.serving.client import Server, raw_exchange, request, responses
 
-def _free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _request(port, method, path, body=None, raw=None):
-    import http.client
-
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    payload = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    connection.request(method, path, body=payload, headers={"Content-Type": "application/json"})
-    response = connection.getresponse()
-    data = json.loads(response.read().decode())
-    connection.close()
-    return response.status, data
+NAME = "tiny_en_de"
+SENTENCES = ["zeta", "alpha beta", "omega sigma kappa", ""]
 
 
-def test_serve_speaks_tf_serving_rest_under_concurrency(tiny_export):
-    import concurrent.futures
-    import time
-
-    port = _free_port()
-    server = subprocess.Popen(
-        [str(BIN / "tft-serve"), "--model", str(tiny_export.parent), "--port", str(port), "--max_batch_size", "8"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+@pytest.fixture(scope="module")
+def server(tiny_export):
+    started = Server(
+        tiny_export.parent, "--max_batch_size", "8", "--max_request_bytes", "65536", "--rest_api_timeout_in_ms", "2000"
     )
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def expected(server):
+    status, body = server.post({"instances": SENTENCES})
+    assert status == 200
+    return [p["translations"] for p in body["predictions"]]
+
+
+def test_status_metadata_readiness(server):
+    status, body = server.get(f"/v1/models/{NAME}")
+    assert status == 200 and body["model_version_status"] == [
+        {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+    ]
+    assert server.get(f"/v1/models/{NAME}/versions/1")[0] == 200
+    assert server.get(f"/v1/models/{NAME}/versions/2")[0] == 404
+    status, body = server.get(f"/v1/models/{NAME}/metadata")
+    assert status == 200 and body["model_spec"] == {"name": NAME, "signature_name": "", "version": "1"}
+    signatures = body["metadata"]["signature_def"]["signature_def"]
+    default = signatures["serving_default"]
+    assert default["method_name"] == "tensorflow/serving/predict"
+    assert default["inputs"]["inputs"]["dtype"] == "DT_STRING"
+    assert default["inputs"]["inputs"]["tensor_shape"]["dim"][0]["size"] == "-1"
+    assert {k: v["dtype"] for k, v in default["outputs"].items()} == {"translations": "DT_STRING", "scores": "DT_FLOAT"}
+    assert signatures["translate_ids"]["inputs"]["inputs"]["dtype"] == "DT_INT32"
+    assert server.get("/readyz") == (200, {"ready": True, "model": NAME})
+    assert server.get("/healthz")[0] == 200
+
+
+def test_tf_serving_formats_under_concurrency(server, expected):
+    assert expected[3] == ""
+    status, columnar = server.post({"inputs": SENTENCES}, path=f"/v1/models/{NAME}/versions/1:predict")
+    assert status == 200 and columnar["outputs"]["translations"] == expected
+
+    def client(index):
+        answers = []
+        for step in range(25):
+            pick = (index + step) % len(SENTENCES)
+            code, reply = server.post({"instances": [SENTENCES[pick]]})
+            answers.append(code == 200 and reply["predictions"][0]["translations"] == expected[pick])
+        return answers
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        results = [ok for answers in pool.map(client, range(16)) for ok in answers]
+    assert len(results) == 400 and all(results)
+    status, body = server.post({"signature_name": "translate_ids", "instances": [[9, 3], [10, 11, 3]]})
+    assert status == 200 and all(isinstance(p["ids"], list) for p in body["predictions"])
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"instances": [1, 2]}, "takes strings"),
+        ({"instances": ["a"] * 9}, "exceeds the maximum of 8"),
+        ({"inputs": ["a"], "instances": ["b"]}, "exactly one"),
+        ({"instances": ["a"], "signature_name": "nope"}, "Unknown signature_name"),
+        ({"instances": [{"inputs": {"deep": [[[]]]}}]}, "takes strings"),
+        ({"signature_name": "translate_ids", "instances": [[9, 120, 3]]}, "outside the vocabulary"),
+        ({"signature_name": "translate_ids", "instances": [[9, -4, 3]]}, "outside the vocabulary"),
+        ({"signature_name": "translate_ids", "instances": [["9"]]}, "integer token ids"),
+        ({"signature_name": "translate_ids", "instances": [[9] * 600 + [3]]}, "maximum source length of 512"),
+        ({"instances": ["zeta " * 600]}, "input 0 is longer than this model's maximum source length of 512"),
+    ],
+)
+def test_client_mistakes_are_400_with_a_reason(server, body, message):
+    status, reply = server.post(body)
+    assert status == 400 and message in reply["error"], reply
+
+
+def test_an_overlong_sentence_fails_alone(server, expected):
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        good = [pool.submit(server.post, {"instances": [SENTENCES[i % 3]]}) for i in range(5)]
+        bad = pool.submit(server.post, {"instances": ["zeta alpha " * 400]})
+        assert bad.result()[0] == 400
+        for i, future in enumerate(good):
+            status, reply = future.result()
+            assert status == 200 and reply["predictions"][0]["translations"] == expected[i % 3]
+
+
+def test_malformed_http(server):
+    head = f"POST /v1/models/{NAME}:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    [(status, reply)] = responses(raw_exchange(server.port, (head + "Content-Length: 10000000\r\n\r\n").encode()))
+    assert status == 413 and "exceeds the limit of 65536" in reply["error"]
+    [(status, reply)] = responses(raw_exchange(server.port, (head + "Content-Length: ten\r\n\r\n").encode()))
+    assert status == 400 and "Content-Length" in reply["error"]
+    [(status, reply)] = responses(raw_exchange(server.port, (head + "\r\n").encode()))
+    assert status == 411
+    [(status, reply)] = responses(raw_exchange(server.port, (head + "Content-Length: 9\r\n\r\n{not json").encode()))
+    assert status == 400 and "Malformed JSON" in reply["error"]
+    assert request(server.port, "POST", f"/v1/models/{NAME}:predict", raw=b"\xff\xfe")[0] == 400
+
+
+def test_keep_alive_after_404_reads_the_next_request(server):
+    body = json.dumps({"instances": ["zeta"]})
+    wrong = f"POST /v1/models/other:predict HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n{body}"
+    right = f"POST /v1/models/{NAME}:predict HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n{body}"
+    last = f"GET /v1/models/{NAME} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    answers = responses(raw_exchange(server.port, (wrong + right + last).encode()))
+    assert [status for status, _ in answers] == [404, 200, 200]
+    assert "other" in answers[0][1]["error"] and answers[1][1]["predictions"][0]["translations"] is not None
+
+
+def test_a_stalled_client_is_disconnected_and_others_are_served(server, expected):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as stalled:
+        stalled.sendall(b"POST /v1/models/tiny_en_de:predict HTTP/1.1\r\nContent-Length: 50\r\n\r\n{")
+        start = time.monotonic()
+        status, reply = server.post({"instances": ["zeta"]})
+        assert status == 200 and reply["predictions"][0]["translations"] == expected[0]
+        data = b""
+        while chunk := stalled.recv(1024):  # answered and closed after --rest_api_timeout_in_ms (2 s)
+            data += chunk
+        [(status, reply)] = responses(data)
+        assert status == 408 and "did not arrive within 2 s" in reply["error"]
+        assert time.monotonic() - start < 20
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as idle:  # never sends a byte
+        assert idle.recv(1024) == b""  # closed, nothing to answer
+
+
+@pytest.mark.slow
+def test_sigterm_finishes_the_requests_in_flight_then_exits(tiny_export):
+    """A request waiting in a batch when SIGTERM arrives is answered; then the server exits 0 and listens no more."""
+    server = Server(tiny_export.parent, "--batch_timeout_micros", "3000000")
     try:
-        deadline = time.time() + 180
-        while True:
-            try:
-                status, body = _request(port, "GET", "/v1/models/tiny_en_de")
-                break
-            except OSError:
-                assert server.poll() is None, server.stderr.read()[-3000:]
-                assert time.time() < deadline, "server did not start"
-                time.sleep(0.5)
-        assert status == 200 and body["model_version_status"][0]["state"] == "AVAILABLE"
-        assert body["model_version_status"][0]["version"] == "1"
-
-        sentences = ["zeta", "alpha beta", "omega sigma kappa", ""]
-        status, body = _request(port, "POST", "/v1/models/tiny_en_de:predict", {"instances": sentences})
-        assert status == 200
-        expected = [p["translations"] for p in body["predictions"]]
-        assert expected[3] == ""
-        status, columnar = _request(port, "POST", "/v1/models/tiny_en_de/versions/1:predict", {"inputs": sentences})
-        assert status == 200 and columnar["outputs"]["translations"] == expected
-
-        def client(index):
-            answers = []
-            for request in range(50):
-                pick = (index + request) % len(sentences)
-                code, reply = _request(port, "POST", "/v1/models/tiny_en_de:predict", {"instances": [sentences[pick]]})
-                answers.append(code == 200 and reply["predictions"][0]["translations"] == expected[pick])
-            return answers
-
-        with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            results = [ok for answers in pool.map(client, range(8)) for ok in answers]
-        assert len(results) == 400 and all(results)
-
-        bad = [
-            (None, b"{not json"),
-            ({"instances": [1, 2]}, None),
-            ({"instances": ["a"] * 9}, None),  # over --max_batch_size
-            ({"inputs": ["a"], "instances": ["b"]}, None),
-            ({"instances": ["a"], "signature_name": "nope"}, None),
-        ]
-        for body, raw in bad:
-            status, reply = _request(port, "POST", "/v1/models/tiny_en_de:predict", body, raw)
-            assert status == 400 and "error" in reply, (body, raw, reply)
-        assert _request(port, "GET", "/v1/models/other")[0] == 404
-        status, body = _request(port, "POST", "/v1/models/tiny_en_de:predict", {"instances": ["zeta"]})
-        assert status == 200 and body["predictions"][0]["translations"] == expected[0]  # still serving
-        status, body = _request(
-            port, "POST", "/v1/models/tiny_en_de:predict", {"signature_name": "translate_ids", "instances": [[9, 3]]}
-        )
-        assert status == 200 and isinstance(body["predictions"][0]["ids"], list)
+        answer = {}
+        client = threading.Thread(target=lambda: answer.update(reply=server.post({"instances": ["zeta", "alpha"]})))
+        client.start()
+        time.sleep(1.0)  # the request now waits for its batch (3 s)
+        server.process.send_signal(signal.SIGTERM)
+        client.join(60)
+        assert answer["reply"][0] == 200 and len(answer["reply"][1]["predictions"]) == 2
+        assert server.process.wait(60) == 0
+        with pytest.raises(OSError):
+            request(server.port, "GET", f"/v1/models/{NAME}", timeout=5)
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        server.stop()
+
+
+@pytest.mark.slow
+def test_new_versions_are_picked_up_and_a_broken_one_is_skipped(tiny_export, tmp_path):
+    base = tmp_path / NAME
+    shutil.copytree(tiny_export, base / "1")
+    server = Server(base, "--file_system_poll_wait_seconds", "0.2")
+    try:
+        status, first = server.post({"instances": SENTENCES})
+        assert status == 200
+        shutil.copytree(tiny_export, base / ".2.partial")
+        (base / ".2.partial" / "saved_model.pb").write_bytes(b"not a graph")
+        (base / ".2.partial").rename(base / "2")
+        states = _wait_for_states(server, {"2": "END", "1": "AVAILABLE"})
+        assert states["2"]["status"]["error_code"] == "UNKNOWN" and states["2"]["status"]["error_message"]
+        assert server.post({"instances": SENTENCES}) == (200, first)  # version 1 still serves
+
+        shutil.copytree(tiny_export, base / ".3.partial")
+        (base / ".3.partial").rename(base / "3")
+        _wait_for_states(server, {"3": "AVAILABLE", "2": "END", "1": "END"})
+        status, third = server.post({"instances": SENTENCES}, path=f"/v1/models/{NAME}/versions/3:predict")
+        assert status == 200 and third == first  # the same model under a new number
+        assert server.post({"instances": SENTENCES}, path=f"/v1/models/{NAME}/versions/1:predict")[0] == 404
+    finally:
+        assert server.stop() == 0
+
+
+def _wait_for_states(server, wanted, seconds=120):
+    deadline = time.monotonic() + seconds
+    while True:
+        status, body = server.get(f"/v1/models/{NAME}")
+        states = {row["version"]: row for row in body["model_version_status"]}
+        if {version: row["state"] for version, row in states.items()} == wanted:
+            return states
+        assert time.monotonic() < deadline, states
+        time.sleep(0.2)

@@ -1,7 +1,9 @@
-"""``tft-serve``: serve an exported model over TF Serving's REST predict API.
+"""``tft-serve``: serve an export over TF Serving's REST API, with request batching and versions.
 
-tft-serve --model saved_models/multi30k_en_de/1 --port 8501
+tft-serve --model saved_models/multi30k_en_de --port 8501
 curl -d '{"instances": ["A dog runs on the beach."]}' localhost:8501/v1/models/multi30k_en_de:predict
+
+Flags named as TF Serving's mean what they mean there (docs/serving.md).
 """
 
 from __future__ import annotations
@@ -13,31 +15,75 @@ from absl import app, flags
 from tf_transformer.cli import apply_thread_flags, define_thread_flags, run_main
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model", None, "SavedModel version directory (or its base directory of versions).", required=True)
+flags.DEFINE_string(
+    "model",
+    None,
+    "Base directory of numbered versions (the highest is served, new ones picked up), or one version.",
+    required=True,
+)
+flags.DEFINE_string("model_name", None, "Name in the URL (default: the base directory's name).")
 flags.DEFINE_string("host", "127.0.0.1", "Address to listen on.")
-flags.DEFINE_integer("port", 8501, "Port (TF Serving's REST default is 8501).")
-flags.DEFINE_integer("max_batch_size", 64, "Largest batch a request may carry.", lower_bound=1)
+flags.DEFINE_integer("port", 8501, "Port (TF Serving's REST default is 8501).", lower_bound=0)
+flags.DEFINE_integer(
+    "max_batch_size",
+    64,
+    "Most sentences a request may carry, and a merged batch with --enable_batching.",
+    lower_bound=1,
+)
+flags.DEFINE_bool("enable_batching", True, "Merge concurrent requests into one decoding batch (TF Serving's).")
+flags.DEFINE_integer(
+    "batch_timeout_micros", 1000, "Longest a batch waits for more requests after its first.", lower_bound=0
+)
+flags.DEFINE_integer("num_batch_threads", 1, "Batches decoded at once.", lower_bound=1)
+flags.DEFINE_integer(
+    "max_enqueued_batches", 16, "Batches' worth of sentences that may wait; more are refused (503).", lower_bound=1
+)
+flags.DEFINE_integer("max_request_bytes", 4 << 20, "Largest request body; larger ones get 413.", lower_bound=1)
+flags.DEFINE_integer(
+    "rest_api_timeout_in_ms", 30000, "A connection idle or stalled this long is closed.", lower_bound=1
+)
+flags.DEFINE_integer(
+    "rest_api_num_threads", 32, "Connections handled at once (as many more wait; beyond, 503).", lower_bound=1
+)
+flags.DEFINE_float(
+    "file_system_poll_wait_seconds",
+    1.0,
+    "How often the base directory is checked for new versions (0: never).",
+    lower_bound=0.0,
+)
 define_thread_flags()
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    apply_thread_flags()
-    from tf_transformer.inference.serving import serve
-
-    def ready(httpd, model):
-        host, port = httpd.server_address[:2]
-        print(
-            f"Serving {model.name} version {model.version} at http://{host}:{port}/v1/models/{model.name}", flush=True
-        )
+    apply_thread_flags(FLAGS.num_batch_threads)
+    from tf_transformer.serving import make_server, serve_until_signalled
 
     try:
-        serve(FLAGS.model, FLAGS.host, FLAGS.port, FLAGS.max_batch_size, ready)
+        server = make_server(
+            FLAGS.model,
+            FLAGS.host,
+            FLAGS.port,
+            model_name=FLAGS.model_name,
+            max_batch_size=FLAGS.max_batch_size,
+            enable_batching=FLAGS.enable_batching,
+            batch_timeout_micros=FLAGS.batch_timeout_micros,
+            num_batch_threads=FLAGS.num_batch_threads,
+            max_enqueued_batches=FLAGS.max_enqueued_batches,
+            max_request_bytes=FLAGS.max_request_bytes,
+            timeout_seconds=FLAGS.rest_api_timeout_in_ms / 1000,
+            num_threads=FLAGS.rest_api_num_threads,
+            poll_seconds=FLAGS.file_system_poll_wait_seconds,
+        )
     except FileNotFoundError as error:
         raise app.UsageError(str(error)) from None
-    except KeyboardInterrupt:
-        print("stopped", file=sys.stderr)
+    host, port = server.server_address[:2]
+    version = server.versions.servable().version
+    name = server.versions.name
+    print(f"Serving {name} version {version} at http://{host}:{port}/v1/models/{name}", flush=True)
+    serve_until_signalled(server)
+    print("stopped", file=sys.stderr, flush=True)
 
 
 def run():

@@ -1,0 +1,102 @@
+"""Starting tft-serve in a process and talking HTTP to it, politely or not, from tests and benchmarks."""
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+BIN = os.path.dirname(sys.executable)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def request(port, method, path, body=None, raw=None, timeout=120):
+    """``(status, JSON answer)`` of one request on a new connection."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    payload = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    try:
+        connection.request(method, path, body=payload, headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read().decode())
+    finally:
+        connection.close()
+
+
+def raw_exchange(port, data: bytes, timeout=30) -> bytes:
+    """Sends ``data`` as is and reads until the server closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
+        connection.sendall(data)
+        chunks = []
+        while chunk := connection.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def responses(data: bytes) -> list[tuple[int, dict]]:
+    """The ``(status, JSON body)`` of each HTTP response in ``data``, in order."""
+    found = []
+    while data:
+        head, _, rest = data.partition(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        headers = dict(line.split(": ", 1) for line in lines[1:])
+        length = int(headers["Content-Length"])
+        found.append((int(lines[0].split()[1]), json.loads(rest[:length])))
+        data = rest[length:]
+    return found
+
+
+class Server:
+    """``tft-serve --model MODEL`` on a free port of 127.0.0.1, waited for until ready."""
+
+    def __init__(self, model, *flags, startup_seconds=180):
+        self.name = os.path.basename(os.path.abspath(str(model)))  # the model's name in URLs
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [os.path.join(BIN, "tft-serve"), "--model", str(model), "--port", str(self.port), *flags],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
+        deadline = time.monotonic() + startup_seconds
+        while True:
+            try:
+                if request(self.port, "GET", "/readyz", timeout=5)[0] == 200:
+                    break
+            except OSError:
+                pass
+            if self.process.poll() is not None:
+                raise RuntimeError(f"tft-serve exited: {self.process.stderr.read()[-3000:]}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("tft-serve did not become ready")
+            time.sleep(0.3)
+
+    def post(self, body, path=None, **kwargs):
+        return request(self.port, "POST", path or f"/v1/models/{self.name}:predict", body, **kwargs)
+
+    def get(self, path, **kwargs):
+        return request(self.port, "GET", path, **kwargs)
+
+    def resident_bytes(self) -> int:
+        with open(f"/proc/{self.process.pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
+
+    def stop(self, timeout=60) -> int:
+        if self.process.poll() is None:
+            self.process.terminate()
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()

@@ -1,0 +1,88 @@
+"""RestServer with a stand-in model: bounded connections, graceful stop (no TensorFlow, no export)."""
+
+import socket
+import threading
+import time
+
+import numpy as np
+
+from tests.serving.client import raw_exchange, request, responses
+from tf_transformer.serving.batching import BatchScheduler
+from tf_transformer.serving.http_server import RestServer
+
+
+class SlowModel:
+    """A servable whose decoding takes ``seconds``."""
+
+    version = 1
+    input_kinds = {"serving_default": "strings"}
+
+    def __init__(self, seconds=0.0):
+        self.seconds = seconds
+
+    def check(self, request):
+        pass
+
+    def run(self, signature, rows):
+        time.sleep(self.seconds)
+        return {"translations": np.array([row.upper().encode() for row in rows], object)}
+
+
+class Versions:
+    name = "m"
+    ready = True
+
+    def __init__(self, model):
+        self.model = model
+
+    def servable(self, version=None):
+        return self.model
+
+    def status(self, version=None):
+        return {"model_version_status": [{"version": "1", "state": "AVAILABLE"}]}
+
+    def stop(self):
+        pass
+
+
+def start(model, batching=False, **kwargs):
+    scheduler = BatchScheduler(8, 1000) if batching else None
+    server = RestServer(("127.0.0.1", 0), Versions(model), scheduler, **kwargs)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return server, server.server_address[1]
+
+
+def test_connections_over_the_limit_get_503_at_once():
+    server, port = start(SlowModel(), num_threads=1)  # one handled, one waiting
+    try:
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]  # idle keep-alive clients
+        time.sleep(0.3)
+        [(status, reply)] = responses(raw_exchange(port, b"GET /v1/models/m HTTP/1.1\r\nHost: x\r\n\r\n", timeout=10))
+        assert status == 503 and "connection limit" in reply["error"]
+        for connection in held:
+            connection.close()
+        time.sleep(0.3)
+        assert request(port, "GET", "/v1/models/m", timeout=10)[0] == 200  # the slots came back
+    finally:
+        server.stop()
+
+
+def test_stop_answers_the_request_in_flight_and_closes_idle_connections():
+    server, port = start(SlowModel(seconds=1.5), batching=True, timeout_seconds=60)
+    idle = socket.create_connection(("127.0.0.1", port))
+    answer = {}
+    client = threading.Thread(
+        target=lambda: answer.update(reply=request(port, "POST", "/v1/models/m:predict", {"instances": ["ab"]}))
+    )
+    client.start()
+    time.sleep(0.5)  # decoding
+    stopper = threading.Thread(target=server.stop)
+    started = time.monotonic()
+    stopper.start()
+    stopper.join(30)
+    client.join(30)
+    assert not stopper.is_alive() and time.monotonic() - started < 20  # the idle connection did not hold it up
+    assert answer["reply"] == (200, {"predictions": [{"translations": "AB"}]})
+    idle.settimeout(5)
+    assert idle.recv(1024) == b""

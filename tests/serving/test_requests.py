@@ -1,0 +1,88 @@
+"""Predict requests: TF Serving's two formats accepted, every client mistake a ClientError (never a crash)."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tf_transformer.serving.requests import ClientError, parse_json, parse_predict, response
+
+KINDS = {"serving_default": "strings", "translate_ids": "ids"}
+
+
+def parse(body, max_batch_size=4):
+    return parse_predict(body, KINDS, max_batch_size)
+
+
+def test_both_formats_and_named_inputs():
+    assert parse({"instances": ["a", "b"]}).rows == ["a", "b"]
+    assert parse({"instances": [{"inputs": "a"}]}).rows == ["a"]
+    columnar = parse({"inputs": {"inputs": ["a"]}})
+    assert columnar.rows == ["a"] and not columnar.row_format
+    ids = parse({"signature_name": "translate_ids", "instances": [[9, 3], [4, 5, 3]]})
+    assert ids.signature == "translate_ids" and ids.rows == [[9, 3], [4, 5, 3]]
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ([], "JSON object"),
+        ({"instances": ["a"], "inputs": ["a"]}, "exactly one"),
+        ({}, "exactly one"),
+        ({"instances": []}, "non-empty"),
+        ({"instances": "a"}, "non-empty list"),
+        ({"instances": ["a"] * 5}, "exceeds the maximum of 4"),
+        ({"instances": ["a"], "signature_name": "nope"}, "Unknown signature_name"),
+        ({"instances": ["a"], "signature_name": ["x"]}, "Unknown signature_name"),
+        ({"instances": [1]}, "input 0 is a number"),
+        ({"instances": ["a", None]}, "input 1 is null"),
+        ({"instances": [["a"]]}, "input 0 is a list"),
+        ({"instances": [{"inputs": "a", "x": 1}]}, "exactly the key"),
+        ({"inputs": {"x": ["a"]}}, "only input"),
+        ({"signature_name": "translate_ids", "instances": [[9, "3"]]}, "integer token ids"),
+        ({"signature_name": "translate_ids", "instances": [[9, True]]}, "integer token ids"),
+        ({"signature_name": "translate_ids", "instances": [[9, 3.0]]}, "integer token ids"),
+        ({"signature_name": "translate_ids", "instances": [[]]}, "non-empty lists"),
+        ({"signature_name": "translate_ids", "instances": [[[9]]]}, "integer token ids"),
+        ({"signature_name": "translate_ids", "instances": [[2**40]]}, "outside int32"),
+    ],
+)
+def test_client_mistakes_are_client_errors(body, message):
+    with pytest.raises(ClientError, match=message) as raised:
+        parse(body)
+    assert raised.value.status == 400
+
+
+def test_undecodable_and_deeply_nested_bodies():
+    for raw, message in [(b"\xff\xfe", "not UTF-8"), (b"{not json", "Malformed JSON"), (b"[" * 100_000, "Malformed")]:
+        with pytest.raises(ClientError, match=message):
+            parse_json(raw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+        lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+        max_leaves=20,
+    )
+)
+def test_any_json_is_accepted_or_refused_never_crashes(value):
+    for body in (value, {"instances": value}, {"signature_name": "translate_ids", "inputs": value}):
+        try:
+            request = parse_predict(parse_json(json.dumps(body).encode()), KINDS, 8)
+        except ClientError:
+            continue
+        assert request.rows and len(request.rows) <= 8
+
+
+def test_answers_in_each_format():
+    outputs = {"translations": np.array([b"x", "\u00fc".encode()], object), "scores": np.array([-1.0, -2.0])}
+    rows = parse({"instances": ["a", "b"]})
+    assert response(rows, outputs) == {
+        "predictions": [{"translations": "x", "scores": -1.0}, {"translations": "\u00fc", "scores": -2.0}]
+    }
+    columns = parse({"inputs": ["a", "b"]})
+    assert response(columns, outputs) == {"outputs": {"translations": ["x", "\u00fc"], "scores": [-1.0, -2.0]}}

@@ -1,0 +1,125 @@
+"""TF Serving's REST predict request and response, checked before any of it reaches the model.
+
+A request is JSON in one of TF Serving's two formats: the row format
+``{"instances": [...]}`` answered ``{"predictions": [{output: value}, ...]}``, or
+the columnar format ``{"inputs": [...]}`` answered ``{"outputs": {output: [...]}}``
+(https://www.tensorflow.org/tfx/serving/api_rest). Every mistake a client can
+make is a :class:`ClientError` carrying the HTTP status to answer with, so that a
+client's mistake never surfaces as a server error (500).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+
+INT32_MAX = 2**31 - 1
+
+
+class ClientError(ValueError):
+    """A request the server refuses; ``status`` is the HTTP status code (4xx, or 503 when busy)."""
+
+    status = 400
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        if status is not None:
+            self.status = status
+
+
+class NotFound(ClientError):
+    status = 404
+
+
+class Unavailable(ClientError):
+    """The server cannot take the request now (no model loaded, queue full, shutting down)."""
+
+    status = 503
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictRequest:
+    """A checked predict request: ``rows`` of one signature's single input."""
+
+    signature: str
+    rows: list  # str per sentence, or list[int] of token ids per sentence
+    row_format: bool  # "instances" (answer "predictions") or "inputs" (answer "outputs")
+
+
+def parse_json(raw: bytes):
+    """The request body as JSON, or a :class:`ClientError` saying what is wrong with it."""
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ClientError(f"Request body is not UTF-8: {error}") from None
+    except json.JSONDecodeError as error:
+        raise ClientError(f"Malformed JSON: {error}") from None
+    except RecursionError:
+        raise ClientError("Malformed JSON: nested too deeply") from None
+
+
+def parse_predict(body, input_kinds: dict[str, str], max_batch_size: int) -> PredictRequest:
+    """Checks a predict request's JSON against the model's signatures.
+
+    Args:
+      body: the parsed JSON.
+      input_kinds: signature name → ``"strings"`` (one string per sentence) or
+        ``"ids"`` (one list of token ids per sentence).
+      max_batch_size: the most sentences one request may carry.
+    """
+    if not isinstance(body, dict):
+        raise ClientError("Request body must be a JSON object")
+    name = body.get("signature_name", "serving_default")
+    if not isinstance(name, str) or name not in input_kinds:
+        raise ClientError(f"Unknown signature_name {name!r}; available: {sorted(input_kinds)}")
+    row_format = "instances" in body
+    if row_format == ("inputs" in body):
+        raise ClientError("Request must have exactly one of 'instances' (row format) or 'inputs' (columnar format)")
+    values = body["instances"] if row_format else body["inputs"]
+    if isinstance(values, dict):  # {"inputs": {"inputs": [...]}} names the signature's input
+        if set(values) != {"inputs"}:
+            raise ClientError(f"The signature's only input is 'inputs', got {sorted(values)}")
+        values = values["inputs"]
+    if row_format and isinstance(values, list):  # [{"inputs": ...}, ...] names it per instance
+        if any(isinstance(row, dict) and set(row) != {"inputs"} for row in values):
+            raise ClientError("Each instance object must hold exactly the key 'inputs'")
+        values = [row["inputs"] if isinstance(row, dict) else row for row in values]
+    if not isinstance(values, list) or not values:
+        raise ClientError("Inputs must be a non-empty list")
+    if len(values) > max_batch_size:
+        raise ClientError(f"Batch of {len(values)} sentences exceeds the maximum of {max_batch_size}")
+    if input_kinds[name] == "strings":
+        for index, value in enumerate(values):
+            if not isinstance(value, str):
+                raise ClientError(f"{name} takes strings; input {index} is {_kind(value)}")
+    else:
+        for index, row in enumerate(values):
+            if not isinstance(row, list) or not row or not all(_is_int(i) for i in row):
+                raise ClientError(f"{name} takes non-empty lists of integer token ids; input {index} is not one")
+            if not all(-INT32_MAX - 1 <= i <= INT32_MAX for i in row):
+                raise ClientError(f"{name}: input {index} holds an id outside int32")
+    return PredictRequest(name, values, row_format)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _kind(value) -> str:
+    return {dict: "an object", list: "a list", bool: "a boolean", type(None): "null"}.get(type(value), "a number")
+
+
+def response(request: PredictRequest, outputs: dict[str, np.ndarray]) -> dict:
+    """TF Serving's JSON answer to ``request`` for the signature's ``outputs`` (first axis: sentences)."""
+    columns = {key: _jsonable(value) for key, value in outputs.items()}
+    if request.row_format:
+        return {"predictions": [{key: columns[key][i] for key in columns} for i in range(len(request.rows))]}
+    return {"outputs": columns}
+
+
+def _jsonable(array: np.ndarray):
+    if array.dtype == object:
+        return [v.decode("utf-8") if isinstance(v, bytes) else _jsonable(np.asarray(v)) for v in array.tolist()]
+    return array.tolist()

@@ -1,0 +1,168 @@
+"""The versions of one model: the newest served, new ones picked up while serving, as TF Serving does.
+
+TF Serving's layout is a base directory of numbered version directories
+(``saved_models/<name>/<version>/``). Under its default policy the highest
+version is served; the base directory is polled
+(``--file_system_poll_wait_seconds``), a new version is loaded beside the one
+being served and replaces it only once it has loaded, and a version that fails to
+load leaves the served one in place. Given one version's directory instead,
+that version alone is served.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+
+from absl import logging
+
+from tf_transformer.serving.requests import NotFound, Unavailable
+from tf_transformer.serving.servable import Servable
+
+# TF Serving's ModelVersionStatus states.
+LOADING, AVAILABLE, END = "LOADING", "AVAILABLE", "END"
+
+
+class ModelVersions:
+    """Loads and tracks the versions of the model at ``path`` (a base directory or one version's)."""
+
+    def __init__(self, path: str, name: str | None = None, load: Callable[[str, int], Servable] = Servable):
+        path = os.path.abspath(path)
+        self.fixed = os.path.exists(os.path.join(path, "saved_model.pb"))
+        self.base = os.path.dirname(path) if self.fixed else path
+        if self.fixed and not os.path.basename(path).isdigit():
+            raise FileNotFoundError(f"{path}: a version directory's name must be its number (TF Serving's layout)")
+        if not self.fixed and not os.path.isdir(path):
+            raise FileNotFoundError(f"No SavedModel at {path} (nor numbered version directories under it)")
+        self.only = int(os.path.basename(path)) if self.fixed else None
+        self.name = name or os.path.basename(self.base)
+        self._load = load
+        self._lock = threading.Lock()
+        self._current: Servable | None = None
+        self._states: dict[int, dict] = {}  # version → {"state", "error"}
+        self._failed: dict[int, tuple] = {}  # version → the files' signature when its load failed
+        self._stop = threading.Event()
+        self._poller: threading.Thread | None = None
+
+    # Loading.
+
+    def on_disk(self) -> dict[int, str]:
+        """Version number → directory, for every version directory holding a SavedModel now."""
+        if self.fixed:
+            return {self.only: os.path.join(self.base, str(self.only))}
+        found = {}
+        for entry in os.listdir(self.base) if os.path.isdir(self.base) else []:
+            directory = os.path.join(self.base, entry)
+            if entry.isdigit() and os.path.exists(os.path.join(directory, "saved_model.pb")):
+                found[int(entry)] = directory
+        return found
+
+    def poll(self) -> None:
+        """Serves the highest version on disk if it is not served yet and can be loaded."""
+        versions = self.on_disk()
+        candidates = [v for v in versions if self._failed.get(v) != _files_signature(versions[v])]
+        if not candidates:
+            return
+        target = max(candidates)
+        current = self._current
+        if current is not None and current.version == target:
+            return
+        self._set_state(target, LOADING)
+        try:
+            servable = self._load(versions[target], target)
+        except Exception as error:  # a broken or half-written version: keep serving the one we have
+            self._failed[target] = _files_signature(versions[target])
+            message = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+            self._set_state(target, END, message)
+            logging.error(
+                "Version %d of %s failed to load, still serving %s: %s",
+                target,
+                self.name,
+                current.version if current else "nothing",
+                message,
+            )
+            return
+        with self._lock:
+            self._current = servable
+            self._states[target] = {"state": AVAILABLE, "error": ""}
+            if current is not None:
+                self._states[current.version] = {"state": END, "error": ""}
+        logging.info("Serving version %d of %s", target, self.name)
+
+    def start(self, poll_seconds: float) -> None:
+        """Loads the highest version now, then polls every ``poll_seconds`` (0: never) in the background."""
+        self.poll()
+        if self._current is None:
+            failures = {v: s["error"] for v, s in self._states.items() if s["error"]}
+            reason = f": {failures}" if failures else " (no numbered directory holding saved_model.pb)"
+            raise FileNotFoundError(f"No version of {self.name} at {self.base} could be loaded{reason}")
+        if poll_seconds > 0 and not self.fixed:
+            self._poller = threading.Thread(target=self._poll_loop, args=(poll_seconds,), daemon=True, name="poll")
+            self._poller.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join()
+
+    def _poll_loop(self, seconds: float) -> None:
+        while not self._stop.wait(seconds):
+            try:
+                self.poll()
+            except OSError as error:  # the base directory vanished for a moment: try again next time
+                logging.warning("Polling %s: %s", self.base, error)
+
+    def _set_state(self, version: int, state: str, error: str = "") -> None:
+        with self._lock:
+            self._states[version] = {"state": state, "error": error}
+
+    # Answers.
+
+    def servable(self, version: str | None = None) -> Servable:
+        """The version serving requests (``version``: only if it is the one being served)."""
+        current = self._current
+        if current is None:
+            raise Unavailable(f"No version of {self.name} is loaded yet")
+        if version is not None and int(version) != current.version:
+            state = self._states.get(int(version), {}).get("state", "unknown")
+            raise NotFound(
+                f"Version {version} of {self.name} is not being served (state: {state}); version {current.version} is"
+            )
+        return current
+
+    def status(self, version: str | None = None) -> dict:
+        """TF Serving's model status answer (``GetModelStatusResponse`` in JSON)."""
+        with self._lock:
+            states = dict(self._states)
+        if version is not None:
+            if int(version) not in states:
+                raise NotFound(f"Version {version} of {self.name} is not known to this server")
+            states = {int(version): states[int(version)]}
+        return {
+            "model_version_status": [
+                {
+                    "version": str(number),
+                    "state": value["state"],
+                    "status": {"error_code": "UNKNOWN" if value["error"] else "OK", "error_message": value["error"]},
+                }
+                for number, value in sorted(states.items(), reverse=True)
+            ]
+        }
+
+    @property
+    def ready(self) -> bool:
+        return self._current is not None
+
+
+def _files_signature(directory: str) -> tuple:
+    """Sizes and modification times of a version's files: a failed version is retried once they change."""
+    signature = []
+    for root, _, files in os.walk(directory):
+        for file in sorted(files):
+            try:
+                stat = os.stat(os.path.join(root, file))
+            except OSError:
+                continue
+            signature.append((os.path.relpath(os.path.join(root, file), directory), stat.st_size, stat.st_mtime_ns))
+    return tuple(sorted(signature))
