@@ -20,7 +20,7 @@ def test_translate_cli_keeps_input_order(tiny_export):
     assert result.returncode == 0, result.stderr[-3000:]
     outputs = result.stdout.split("\n")[:-1]
     assert len(outputs) == 4 and outputs[2] == ""
-    assert "translated 4/4" in result.stderr
+    assert "translated 4" in result.stderr
     single = subprocess.run(  # one sentence, TensorFlow's thread pools set by flag
         [str(BIN / "tft-translate"), "--model", str(tiny_export), "--intra_op_threads", "1", "--inter_op_threads", "2"],
         input="omega\n",
@@ -29,6 +29,54 @@ def test_translate_cli_keeps_input_order(tiny_export):
         timeout=600,
     )
     assert single.stdout.split("\n")[0] == outputs[3]
+
+
+def test_translate_cli_streams_chunk_by_chunk(tiny_export):
+    """Forty lines in chunks of 5: each chunk's translations come out before the next line is even sent."""
+    import queue
+    import threading
+
+    from tf_transformer.inference.batch_translation import translate_lines
+
+    lines = [" ".join(["zeta", "alpha", "omega", "beta"][: 1 + i % 4]) + f" {'kappa ' * (i % 3)}" for i in range(40)]
+    expected = [text for text, _ in translate_lines(str(tiny_export), lines, batch_size=4)]
+    process = subprocess.Popen(
+        [str(BIN / "tft-translate"), "--model", str(tiny_export), "--batch_size", "4", "--chunk_size", "5"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    out = queue.Queue()
+    threading.Thread(target=lambda: [out.put(line.rstrip("\n")) for line in process.stdout], daemon=True).start()
+    try:
+        got = []
+        for start in range(0, 40, 5):
+            process.stdin.write("".join(line + "\n" for line in lines[start : start + 5]))
+            process.stdin.flush()
+            for _ in range(5):  # this chunk's lines arrive while the input is still open
+                try:
+                    got.append(out.get(timeout=300))
+                except queue.Empty:
+                    raise AssertionError(f"no translation of chunk {start // 5} before more input") from None
+        process.stdin.close()
+        assert process.wait(60) == 0 and out.empty()
+    finally:
+        process.kill()
+    assert got == expected
+
+
+@pytest.mark.slow
+def test_translate_cli_keeps_what_was_translated_when_a_line_fails(tiny_export):
+    data = "zeta\n" * 3 + "alpha\n" * 2 + "bad \xff\n"
+    result = subprocess.run(
+        [str(BIN / "tft-translate"), "--model", str(tiny_export), "--chunk_size", "5"],
+        input=data.encode("latin-1"),
+        capture_output=True,
+        timeout=600,
+    )
+    assert result.returncode != 0 and b"<stdin>:6: invalid UTF-8" in result.stderr
+    assert len(result.stdout.decode().split("\n")[:-1]) == 5
 
 
 @pytest.mark.slow

@@ -4,7 +4,9 @@
     tft-translate --model_dir runs/m30k --beam_size 8 --alpha 1.0 --nbest 3 < in.txt
     tft-translate --model saved_models/multi30k_en_de/1 --workers 2 < in.txt > out.txt   # 2 batches at once
 
-Lines are batched by length and written in input order; progress goes to stderr.
+Standard input is read --chunk_size lines at a time; each chunk is batched by length,
+translated and written in input order before the next is read, so memory holds one chunk
+and a failure keeps what was written. Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -15,12 +17,18 @@ import sys
 from absl import app, flags
 
 from tf_transformer.cli import apply_thread_flags, define_thread_flags, run_main
-from tf_transformer.inference.batch_translation import translate_lines, translate_with_checkpoint
+from tf_transformer.inference.batch_translation import checkpoint_translate, export_translate, translate_stream
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "Exported SavedModel directory (beam size and α fixed at export).")
 flags.DEFINE_string("model_dir", None, "Or a training run directory: decodes its averaged or newest checkpoint.")
 flags.DEFINE_integer("batch_size", 64, "Sentences per batch.", lower_bound=1)
+flags.DEFINE_integer(
+    "chunk_size",
+    10_000,
+    "Lines read, sorted by length and translated before their translations are written and more is read.",
+    lower_bound=1,
+)
 flags.DEFINE_integer("beam_size", None, "Beam size (--model_dir only; default: the config's, 4).", lower_bound=1)
 flags.DEFINE_float("alpha", None, "Length penalty α (--model_dir only; default: the config's, 0.6).")
 flags.DEFINE_integer("nbest", 1, "Hypotheses per input (--model_dir only), written 'index<TAB>score<TAB>text'.")
@@ -55,43 +63,49 @@ def main(argv):
     apply_thread_flags(FLAGS.workers * FLAGS.streams)  # searches at once: batches × each one's streams
     from pipelines import DataError, split_lines
 
-    try:
-        lines = list(split_lines(sys.stdin.buffer, "<stdin>"))  # the lines training and tft-evaluate would read
-    except DataError as error:
-        raise app.UsageError(str(error)) from None
-
     def progress(done, total):
-        print(f"\rtranslated {done}/{total}", end="", file=sys.stderr, flush=True)
+        print(f"\rtranslated {done}", end="", file=sys.stderr, flush=True)
 
-    if FLAGS.model:
-        for text, score in translate_lines(FLAGS.model, lines, FLAGS.batch_size, progress, FLAGS.workers):
-            print(f"{score:.4f}\t{text}" if FLAGS.scores else text)
-    else:
-        from tf_transformer.run_dir import default_checkpoint
+    try:
+        if FLAGS.model:
+            translate = export_translate(FLAGS.model)
+        else:
+            from tf_transformer.run_dir import default_checkpoint
 
-        try:
             checkpoint = default_checkpoint(FLAGS.model_dir)
             print(f"checkpoint: {checkpoint}", file=sys.stderr, flush=True)
-            results = translate_with_checkpoint(
-                FLAGS.model_dir,
-                lines,
-                FLAGS.batch_size,
-                FLAGS.beam_size,
-                FLAGS.alpha,
-                FLAGS.nbest,
-                progress,
-                checkpoint=checkpoint,
-                streams=FLAGS.streams,
-                workers=FLAGS.workers,
+            translate = checkpoint_translate(
+                FLAGS.model_dir, FLAGS.beam_size, FLAGS.alpha, FLAGS.nbest, checkpoint, FLAGS.streams
             )
-        except (ValueError, FileNotFoundError) as error:
-            raise app.UsageError(str(error)) from None
-        for index, hypotheses in enumerate(results):
-            for text, score in hypotheses:
-                if FLAGS.nbest > 1:
-                    print(f"{index}\t{score:.4f}\t{text}")
-                else:
-                    print(f"{score:.4f}\t{text}" if FLAGS.scores else text)
+    except (ValueError, FileNotFoundError) as error:
+        raise app.UsageError(str(error)) from None
+    lines = split_lines(sys.stdin.buffer, "<stdin>")  # the lines training and tft-evaluate would read
+    results = translate_stream(translate, lines, FLAGS.batch_size, FLAGS.chunk_size, FLAGS.workers, progress)
+    try:
+        for index, result in enumerate(results):
+            if FLAGS.model_dir:
+                for text, score in result:
+                    if FLAGS.nbest > 1:
+                        print(f"{index}\t{score:.4f}\t{text}")
+                    else:
+                        print(f"{score:.4f}\t{text}" if FLAGS.scores else text)
+            else:
+                text, score = result
+                print(f"{score:.4f}\t{text}" if FLAGS.scores else text)
+            if (index + 1) % FLAGS.chunk_size == 0:
+                sys.stdout.flush()  # a chunk's translations are out before the next chunk is read
+    except DataError as error:
+        sys.stdout.flush()
+        print(file=sys.stderr)
+        raise app.UsageError(f"{error} (the translations of the lines before its chunk were written)") from None
+    except Exception as error:  # the export refused a line (longer than its maximum source length)
+        import tensorflow as tf
+
+        if not isinstance(error, tf.errors.InvalidArgumentError):
+            raise
+        sys.stdout.flush()
+        reason = str(error).strip().splitlines()[0]
+        sys.exit(f"\ntft-translate: {reason}\n(the translations of the chunks before were written)")
     print(file=sys.stderr)
 
 

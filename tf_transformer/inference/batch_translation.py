@@ -1,16 +1,13 @@
-"""Translating lists of sentences with an export (SavedModel) or a training run's checkpoint."""
+"""Translating sentences with an export (SavedModel) or a training run's checkpoint: lists, or streams in chunks."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable, Iterable, Iterator
 
-def translate_lines(
-    model_path: str, lines: list[str], batch_size: int = 64, progress=None, workers: int = 1
-) -> list[tuple[str, float]]:
-    """Translations and scores of ``lines`` (in order) with the SavedModel at ``model_path``.
 
-    ``workers``: batches decoded at once, each by its own call of the signature
-    (as TF Serving runs concurrent requests); see :func:`_translate_batches`.
-    """
+def export_translate(model_path: str) -> Callable[[list[str]], list[tuple[str, float]]]:
+    """``translate(batch of lines) → [(translation, score), …]`` with the SavedModel at ``model_path``."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
@@ -21,7 +18,43 @@ def translate_lines(
         texts, scores = outputs["translations"].numpy(), outputs["scores"].numpy()
         return [(text.decode("utf-8"), float(score)) for text, score in zip(texts, scores, strict=True)]
 
-    return _translate_batches(lines, batch_size, translate, workers, progress)
+    return translate
+
+
+def translate_lines(
+    model_path: str, lines: list[str], batch_size: int = 64, progress=None, workers: int = 1
+) -> list[tuple[str, float]]:
+    """Translations and scores of ``lines`` (in order) with the SavedModel at ``model_path``.
+
+    ``workers``: batches decoded at once, each by its own call of the signature
+    (as TF Serving runs concurrent requests); see :func:`_translate_batches`.
+    """
+    return _translate_batches(lines, batch_size, export_translate(model_path), workers, progress)
+
+
+def translate_stream(
+    translate: Callable[[list[str]], list],
+    lines: Iterable[str],
+    batch_size: int = 64,
+    chunk_size: int = 10_000,
+    workers: int = 1,
+    progress=None,
+) -> Iterator:
+    """``translate``'s result for each of ``lines``, in input order, as soon as its chunk is done.
+
+    ``lines`` is read ``chunk_size`` lines at a time, and each chunk is batched
+    by length and translated (:func:`_translate_batches`) before the next is
+    read: memory holds one chunk whatever the input's length, and what is
+    translated is out before a later line can fail. Batches pad less the larger
+    the chunk. ``progress(done, None)`` after each batch.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
+    lines, done = iter(lines), 0
+    while chunk := list(itertools.islice(lines, chunk_size)):
+        report = None if progress is None else (lambda n, _, base=done: progress(base + n, None))
+        yield from _translate_batches(chunk, batch_size, translate, workers, report)
+        done += len(chunk)
 
 
 def _translate_batches(lines, batch_size, translate, workers, progress):
@@ -63,6 +96,14 @@ def translate_with_checkpoint(
     ``streams``: see :class:`~tf_transformer.inference.translator.Translator`;
     ``workers``: see :func:`_translate_batches`.
     """
+    translate = checkpoint_translate(model_dir, beam_size, alpha, nbest, checkpoint, streams)
+    return _translate_batches(lines, batch_size, translate, workers, progress)
+
+
+def checkpoint_translate(
+    model_dir, beam_size=None, alpha=None, nbest=1, checkpoint=None, streams=1
+) -> Callable[[list[str]], list[list[tuple[str, float]]]]:
+    """``translate(batch of lines) → n-best [(text, score), …] per line`` with a run's checkpoint."""
     import tensorflow as tf
 
     from pipelines import Tokenizer
@@ -92,4 +133,4 @@ def translate_with_checkpoint(
             for row in range(len(batch))
         ]
 
-    return _translate_batches(lines, batch_size, translate, workers, progress)
+    return translate
