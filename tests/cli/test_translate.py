@@ -36,10 +36,11 @@ def test_translate_cli_streams_chunk_by_chunk(tiny_export):
     import queue
     import threading
 
-    from tf_transformer.inference.batch_translation import translate_lines
+    from tf_transformer.inference.batch_translation import export_translate, translate_stream
 
     lines = [" ".join(["zeta", "alpha", "omega", "beta"][: 1 + i % 4]) + f" {'kappa ' * (i % 3)}" for i in range(40)]
-    expected = [text for text, _ in translate_lines(str(tiny_export), lines, batch_size=4)]
+    stream = translate_stream(export_translate(str(tiny_export)), lines, batch_size=4, chunk_size=5)
+    expected = [text for text, _ in stream]  # the batches the command makes
     process = subprocess.Popen(
         [str(BIN / "tft-translate"), "--model", str(tiny_export), "--batch_size", "4", "--chunk_size", "5"],
         stdin=subprocess.PIPE,
@@ -67,16 +68,23 @@ def test_translate_cli_streams_chunk_by_chunk(tiny_export):
 
 
 @pytest.mark.slow
-def test_translate_cli_keeps_what_was_translated_when_a_line_fails(tiny_export):
-    data = "zeta\n" * 3 + "alpha\n" * 2 + "bad \xff\n"
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        ("bad \xff", "<stdin>:6: invalid UTF-8"),
+        ("zeta " * 600, "<stdin>:6: 601 tokens (EOS included) is longer than this model's maximum source length"),
+    ],
+)
+def test_translate_cli_keeps_what_was_translated_when_a_line_fails(tiny_export, bad, reason):
+    data = "zeta\n" * 3 + "alpha\n" * 2 + bad + "\nomega\n"
     result = subprocess.run(
         [str(BIN / "tft-translate"), "--model", str(tiny_export), "--chunk_size", "5"],
         input=data.encode("latin-1"),
         capture_output=True,
         timeout=600,
     )
-    assert result.returncode != 0 and b"<stdin>:6: invalid UTF-8" in result.stderr
-    assert len(result.stdout.decode().split("\n")[:-1]) == 5
+    assert result.returncode != 0 and reason.encode() in result.stderr, result.stderr[-2000:]
+    assert len(result.stdout.decode().split("\n")[:-1]) == 5  # the first chunk, written before the failure
 
 
 @pytest.mark.slow

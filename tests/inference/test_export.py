@@ -12,7 +12,7 @@ import tensorflow as tf
 from pipelines import Tokenizer
 from tests.commands import BIN, export_cli
 from tests.corpora import WORDS
-from tf_transformer.inference.export import EXPORT_INFO, export_run
+from tf_transformer.inference.export import EXPORT_INFO, SourceLimit, export_run, graph_error
 from tf_transformer.inference.translator import Translator
 from tf_transformer.run_dir import restore_model
 
@@ -154,8 +154,11 @@ def test_export_refuses_sources_over_its_limit_with_a_clear_error(tiny_run, tmp_
     longest, too_long = sentence_of(tokenizer, 63), sentence_of(tokenizer, 64)  # + EOS: 64 and 65
     signatures = tf.saved_model.load(output).signatures
     assert signatures["serving_default"](inputs=tf.constant([longest, "zeta"]))["translations"].shape == [2]
-    with pytest.raises(tf.errors.InvalidArgumentError, match="maximum source length of 64 tokens"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="maximum source length of 64 tokens") as raised:
         signatures["serving_default"](inputs=tf.constant([too_long, "zeta"]))
+    assert graph_error(raised.value).startswith("A source sentence is longer than this model's maximum")
+    limits = SourceLimit(output)  # what servers and batch tools check before the graph: the same count
+    assert limits.limit == 64 and limits.violation(longest) is None and "65 tokens" in limits.violation(too_long)
     with pytest.raises(tf.errors.InvalidArgumentError, match="maximum source length of 64 tokens"):
         signatures["translate_ids"](inputs=tf.constant([[9] * 64 + [3]], tf.int32))
     for bad in ([[9, 120, 3]], [[9, -1, 3]]):

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 BIN = os.path.dirname(sys.executable)
@@ -58,11 +59,11 @@ class Server:
     def __init__(self, model, *flags, startup_seconds=180):
         self.name = os.path.basename(os.path.abspath(str(model)))  # the model's name in URLs
         self.port = free_port()
+        self._log = tempfile.TemporaryFile()  # the server's standard error, read only if it fails to start
         self.process = subprocess.Popen(
             [os.path.join(BIN, "tft-serve"), "--model", str(model), "--port", str(self.port), *flags],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
         )
         deadline = time.monotonic() + startup_seconds
@@ -73,7 +74,7 @@ class Server:
             except OSError:
                 pass
             if self.process.poll() is not None:
-                raise RuntimeError(f"tft-serve exited: {self.process.stderr.read()[-3000:]}")
+                raise RuntimeError(f"tft-serve exited: {self.log()[-3000:]}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError("tft-serve did not become ready")
@@ -84,6 +85,10 @@ class Server:
 
     def get(self, path, **kwargs):
         return request(self.port, "GET", path, **kwargs)
+
+    def log(self) -> str:
+        self._log.seek(0)
+        return self._log.read().decode("utf-8", "replace")
 
     def resident_bytes(self) -> int:
         with open(f"/proc/{self.process.pid}/status") as handle:

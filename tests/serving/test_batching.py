@@ -91,7 +91,10 @@ def test_a_full_queue_refuses_and_stop_drains_what_is_queued():
         scheduler.submit("k", model, [[5]])
     stopper = threading.Thread(target=scheduler.stop)
     stopper.start()
-    time.sleep(0.1)
+    deadline = time.monotonic() + 10
+    while not scheduler._stopping:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     with pytest.raises(Unavailable, match="shutting down"):
         scheduler.submit("k", model, [[6]])
     gate.set()
@@ -112,5 +115,32 @@ def test_a_failing_batch_fails_each_of_its_requests():
             with pytest.raises(RuntimeError, match="model fault"):
                 future.result(5)
         assert scheduler.submit("k", Model(), [[1]]).result(5)["doubled"].tolist() == [2]  # still working
+    finally:
+        scheduler.stop()
+
+
+def test_one_bad_request_fails_alone_in_a_merged_batch():
+    calls = []
+
+    def picky(rows):
+        calls.append(len(rows))
+        if [13] in rows:
+            raise ValueError("input 13 refused")
+        return {"doubled": np.array([2 * sum(row) for row in rows], np.float32)}
+
+    gate = threading.Event()
+    blocker = Model(gate)
+    scheduler = BatchScheduler(max_batch_size=8, batch_timeout_micros=0)
+    try:
+        first = scheduler.submit("k", blocker, [[1]])
+        assert blocker.started.wait(5)
+        futures = [scheduler.submit("k", picky, [[i]]) for i in (2, 13, 4)]
+        gate.set()
+        first.result(5)
+        assert futures[0].result(5)["doubled"].tolist() == [4]
+        with pytest.raises(ValueError, match="input 13"):
+            futures[1].result(5)
+        assert futures[2].result(5)["doubled"].tolist() == [8]
+        assert calls == [3, 1, 1, 1]  # merged, failed, then each alone
     finally:
         scheduler.stop()

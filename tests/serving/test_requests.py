@@ -38,6 +38,7 @@ def test_both_formats_and_named_inputs():
         ({"instances": ["a"], "signature_name": ["x"]}, "Unknown signature_name"),
         ({"instances": [1]}, "input 0 is a number"),
         ({"instances": ["a", None]}, "input 1 is null"),
+        ({"instances": ["a", "\ud800"]}, "input 1 is not valid Unicode"),
         ({"instances": [["a"]]}, "input 0 is a list"),
         ({"instances": [{"inputs": "a", "x": 1}]}, "exactly the key"),
         ({"inputs": {"x": ["a"]}}, "only input"),

@@ -38,10 +38,12 @@ def main(argv):
         raise app.UsageError("Give exactly one of --model (an export) or --model_dir (a training run)")
     from pipelines import DataError
     from tf_transformer.evaluation import read_test_set, score
-    from tf_transformer.inference.batch_translation import translate_lines, translate_with_checkpoint
+    from tf_transformer.inference.batch_translation import checked_sources, translate_lines, translate_with_checkpoint
 
     try:
         sources, references = read_test_set(FLAGS.src, FLAGS.ref)  # exists, UTF-8, equal line counts
+        if FLAGS.model:  # every line within the export's maximum source length, or the line named
+            sources = list(checked_sources(sources, FLAGS.model, FLAGS.src))
     except DataError as error:
         raise app.UsageError(str(error)) from None
 

@@ -17,7 +17,12 @@ import sys
 from absl import app, flags
 
 from tf_transformer.cli import apply_thread_flags, define_thread_flags, run_main
-from tf_transformer.inference.batch_translation import checkpoint_translate, export_translate, translate_stream
+from tf_transformer.inference.batch_translation import (
+    checked_sources,
+    checkpoint_translate,
+    export_translate,
+    translate_stream,
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "Exported SavedModel directory (beam size and α fixed at export).")
@@ -80,6 +85,8 @@ def main(argv):
     except (ValueError, FileNotFoundError) as error:
         raise app.UsageError(str(error)) from None
     lines = split_lines(sys.stdin.buffer, "<stdin>")  # the lines training and tft-evaluate would read
+    if FLAGS.model:
+        lines = checked_sources(lines, FLAGS.model, "<stdin>")  # a line over the export's limit is named
     results = translate_stream(translate, lines, FLAGS.batch_size, FLAGS.chunk_size, FLAGS.workers, progress)
     try:
         for index, result in enumerate(results):
@@ -98,14 +105,6 @@ def main(argv):
         sys.stdout.flush()
         print(file=sys.stderr)
         raise app.UsageError(f"{error} (the translations of the lines before its chunk were written)") from None
-    except Exception as error:  # the export refused a line (longer than its maximum source length)
-        import tensorflow as tf
-
-        if not isinstance(error, tf.errors.InvalidArgumentError):
-            raise
-        sys.stdout.flush()
-        reason = str(error).strip().splitlines()[0]
-        sys.exit(f"\ntft-translate: {reason}\n(the translations of the chunks before were written)")
     print(file=sys.stderr)
 
 

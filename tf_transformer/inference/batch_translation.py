@@ -21,6 +21,22 @@ def export_translate(model_path: str) -> Callable[[list[str]], list[tuple[str, f
     return translate
 
 
+def checked_sources(lines: Iterable[str], model_path: str, name: str) -> Iterator[str]:
+    """``lines``, each checked against the export's maximum source length as it is read.
+
+    A line over it raises :class:`~pipelines.DataError` naming ``name`` and the
+    line, instead of the whole batch failing inside the graph with no line named.
+    """
+    from pipelines import DataError
+    from tf_transformer.inference.export import SourceLimit
+
+    limits = SourceLimit(model_path)
+    for number, line in enumerate(lines, start=1):
+        if (why := limits.violation(line)) is not None:
+            raise DataError(f"{name}:{number}: {why}")
+        yield line
+
+
 def translate_lines(
     model_path: str, lines: list[str], batch_size: int = 64, progress=None, workers: int = 1
 ) -> list[tuple[str, float]]:

@@ -41,6 +41,56 @@ from tf_transformer.run_dir import load_run, restore_model, vocabulary_path, wri
 EXPORT_INFO = os.path.join("assets.extra", "tf_transformer.json")
 
 
+class SourceLimit:
+    """An export's maximum source length, checked in Python before a sentence reaches its graph.
+
+    The graph refuses a whole batch for one sentence over the limit; a server or
+    a batch tool checks each sentence first, so that it can say which one it was
+    and fail only that one. Counts tokens as the graph does: the stripped
+    sentence's pieces, plus EOS. ``limit`` is ``None`` for exports that record
+    none (written before the limit existed) or that truncate.
+    """
+
+    def __init__(self, export_path: str):
+        import sentencepiece as spm
+
+        info = {}
+        path = os.path.join(export_path, EXPORT_INFO)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as handle:
+                info = json.load(handle)
+        vocabulary = os.path.join(export_path, "assets", "sp.model")
+        self.pieces = spm.SentencePieceProcessor(model_file=vocabulary) if os.path.exists(vocabulary) else None
+        self.limit = None if info.get("truncate_source") or self.pieces is None else info.get("max_source_length")
+        self.vocab_size = info.get("source_vocab_size") or (self.pieces.get_piece_size() if self.pieces else None)
+
+    def tokens(self, text: str) -> int:
+        """Source tokens of ``text`` with EOS, as the graph counts them (``tf.strings.strip`` strips ASCII)."""
+        return len(self.pieces.encode(text.strip(" \t\n\v\f\r"))) + 1
+
+    def violation(self, text: str) -> str | None:
+        """Why ``text`` is refused, or ``None``."""
+        if self.limit is None:
+            return None
+        tokens = self.tokens(text)
+        if tokens <= self.limit:
+            return None
+        return (
+            f"{tokens} tokens (EOS included) is longer than this model's maximum source length of {self.limit}; "
+            "shorten or split the sentence, or export with a larger --max_source_length or --truncate_source"
+        )
+
+
+def graph_error(error: BaseException) -> str:
+    """The reason in an error the exported graph raised (TensorFlow puts it after a generic first line)."""
+    text = str(error)
+    for marker in ("A source sentence is longer", "Token ids must"):
+        if marker in text:  # the assertion's message, up to the data TensorFlow appends in brackets
+            return (marker + text.split(marker, 1)[1].splitlines()[0].split("]")[0]).replace("\\'", "'")
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
 def export_info(translator: Translator, ids_only: bool) -> dict:
     """What :data:`EXPORT_INFO` holds for ``translator``."""
     model = translator.model
@@ -143,9 +193,11 @@ def export_run(
     model, config = restore_model(model_dir, checkpoint)
     if max_source_length is None:
         max_source_length = training_max_length(model_dir)
-    if config.position == "learned" and max_source_length > config.max_length:
+    longest = max_source_length + (config.extra_decode_length if extra_length is None else extra_length)
+    if config.position == "learned" and longest > config.max_length:
         raise ValueError(
-            f"max_source_length {max_source_length} exceeds the {config.max_length} positions the model learned"
+            f"max_source_length {max_source_length} lets outputs reach {longest} tokens, past the "
+            f"{config.max_length} positions the model learned; lower --max_source_length or --extra_length"
         )
     if dtype is not None and dtype != model.dtype_policy.name:
         model = inference_copy(model, dtype)

@@ -107,26 +107,34 @@ class BatchScheduler:
                     size += len(task.rows)
                     self._queue.remove(task)
             self._queued_rows -= size
+            self._changed.notify_all()  # another batch thread may take what is left
             return batch
 
     def _work(self) -> None:
         while (batch := self._next_batch()) is not None:
-            if not batch:
-                continue
             live = [task for task in batch if task.future.set_running_or_notify_cancel()]
-            if not live:
-                continue
-            try:
-                outputs = live[0].run([row for task in live for row in task.rows])
-            except Exception as error:  # every caller of the batch hears of it
-                for task in live:
-                    task.future.set_exception(error)
-                continue
-            start = 0
-            for task in live:
+            if live:
+                self._run(live, retry_alone=len(live) > 1)
+
+    def _run(self, tasks: list[_Task], retry_alone: bool) -> None:
+        """Runs ``tasks`` as one batch and answers each; never raises (a dead batch thread would hang callers)."""
+        try:
+            outputs = tasks[0].run([row for task in tasks for row in task.rows])
+            start, results = 0, []
+            for task in tasks:
                 end = start + len(task.rows)
-                task.future.set_result({key: _trim(value[start:end]) for key, value in outputs.items()})
+                results.append({key: _trim(value[start:end]) for key, value in outputs.items()})
                 start = end
+        except Exception as error:
+            if retry_alone:  # one request's input may have failed the batch: only that one should fail
+                for task in tasks:
+                    self._run([task], retry_alone=False)
+                return
+            for task in tasks:
+                task.future.set_exception(error)
+            return
+        for task, result in zip(tasks, results, strict=True):
+            task.future.set_result(result)
 
 
 def _trim(value: np.ndarray) -> np.ndarray:

@@ -18,26 +18,40 @@ accepting, finishes the requests in flight and returns.
 from __future__ import annotations
 
 import concurrent.futures
+import http
 import http.server
 import json
 import re
 import signal
 import socket
 import threading
+import time
 
 from absl import logging
 
+from tf_transformer.inference.export import graph_error
 from tf_transformer.serving.batching import BatchScheduler
 from tf_transformer.serving.requests import ClientError, NotFound, Unavailable, parse_json, parse_predict, response
 from tf_transformer.serving.versions import ModelVersions
 
 _MODEL_PATH = re.compile(
-    r"^/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?(?:(?P<metadata>/metadata)|(?P<predict>:predict))?$"
+    r"^/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>[0-9]{1,18}))?"
+    r"(?:(?P<metadata>/metadata)|(?P<predict>:predict))?$"
 )
+_LENGTH = re.compile(r"[0-9]{1,15}")
 
 
 class RestServer(http.server.HTTPServer):
-    """The HTTP server: a bounded pool of handler threads, per-connection timeouts, graceful stop."""
+    """The HTTP server: a bounded pool of handler threads, deadlines per connection, graceful stop.
+
+    Each connection is in one of three phases: ``waiting`` for a request (a new
+    or a kept-alive connection), ``reading`` one (its line, headers and body) or
+    ``working`` on it. A watchdog closes connections that wait, or take to send
+    a request, longer than ``timeout_seconds``: a per-read timeout alone lets a
+    client that sends a byte now and then hold a thread forever. While
+    connections queue for a thread, answers close their connection instead of
+    keeping it alive, so idle clients do not hold the threads.
+    """
 
     request_queue_size = 128  # connections the kernel holds before accept
 
@@ -55,22 +69,44 @@ class RestServer(http.server.HTTPServer):
         self.scheduler = scheduler
         self.max_batch_size = max_batch_size
         self.max_request_bytes = max_request_bytes
+        self.timeout_seconds = timeout_seconds
         self.stopping = False
         self._pool = concurrent.futures.ThreadPoolExecutor(num_threads, thread_name_prefix="http")
         self._slots = threading.BoundedSemaphore(2 * num_threads)  # running + waiting connections
         self._refusals = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="refuse")
-        self._idle: set[socket.socket] = set()  # connections between requests
-        self._idle_lock = threading.Lock()
+        self._refusing = 0
+        self._queued = 0  # connections accepted and not yet given a thread
+        self._phases: dict[socket.socket, tuple[str, float]] = {}
+        self.expired: set[socket.socket] = set()  # closed by the watchdog while reading
+        self._lock = threading.Lock()
+        self._watchdog_stop = threading.Event()
         handler = type("Handler", (_Handler,), {"timeout": timeout_seconds})
         super().__init__(address, handler)
+        self._watchdog = threading.Thread(target=self._watch, name="watchdog", daemon=True)
+        self._watchdog.start()
 
     def process_request(self, request, client_address):
         if not self._slots.acquire(blocking=False):
-            self._refusals.submit(self._refuse, request)
+            with self._lock:
+                refuse = self._refusing < 64
+                self._refusing += refuse
+            if refuse:
+                self._refusals.submit(self._refuse, request)
+            else:  # a flood: drop it without an answer rather than queue without bound
+                self.shutdown_request(request)
             return
+        with self._lock:
+            self._queued += 1
         self._pool.submit(self._handle, request, client_address)
 
+    @property
+    def busy(self) -> bool:
+        """Connections are waiting for a handler thread."""
+        return self._queued > 0
+
     def _handle(self, request, client_address):
+        with self._lock:
+            self._queued -= 1
         try:
             self.finish_request(request, client_address)
         except (ConnectionError, TimeoutError, OSError):
@@ -78,7 +114,9 @@ class RestServer(http.server.HTTPServer):
         except Exception:
             self.handle_error(request, client_address)
         finally:
-            self.set_idle(request, False)
+            with self._lock:
+                self._phases.pop(request, None)
+                self.expired.discard(request)
             _linger(request)
             self.shutdown_request(request)
             self._slots.release()
@@ -88,32 +126,54 @@ class RestServer(http.server.HTTPServer):
         data = json.dumps({"error": "The server is at its connection limit; retry later"}).encode()
         head = f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
         try:
+            connection.settimeout(1.0)
             connection.sendall(head.encode() + b"Connection: close\r\n\r\n" + data)
         except OSError:
             pass
         _linger(connection, seconds=0.1)
         self.shutdown_request(connection)
+        with self._lock:
+            self._refusing -= 1
 
-    def set_idle(self, connection, idle: bool) -> None:
-        with self._idle_lock:
-            (self._idle.add if idle else self._idle.discard)(connection)
+    def set_phase(self, connection, phase: str) -> None:
+        with self._lock:
+            self._phases[connection] = (phase, time.monotonic())
+
+    def _watch(self) -> None:
+        while not self._watchdog_stop.wait(min(0.5, self.timeout_seconds / 4)):
+            now = time.monotonic()
+            with self._lock:
+                late = [
+                    (connection, phase)
+                    for connection, (phase, since) in self._phases.items()
+                    # a slow body gets a moment more, so that its own read timeout can answer 408
+                    if phase != "working" and now - since > self.timeout_seconds + (phase == "reading")
+                ]
+                self.expired.update(connection for connection, phase in late if phase == "reading")
+            for connection, _ in late:
+                try:
+                    connection.shutdown(socket.SHUT_RD)  # its handler reads the end of input and closes
+                except OSError:
+                    pass
 
     def stop(self) -> None:
-        """Stops accepting, ends idle keep-alive connections, finishes the requests in flight.
+        """Stops accepting, ends waiting keep-alive connections, finishes the requests in flight.
 
         Call from another thread than the one in ``serve_forever``.
         """
         self.stopping = True
         self.shutdown()  # serve_forever returns: no more connections are accepted
         self.server_close()
-        with self._idle_lock:
-            for connection in self._idle:
-                try:
-                    connection.shutdown(socket.SHUT_RD)  # its handler sees the end of input and returns
-                except OSError:
-                    pass
+        with self._lock:
+            waiting = [connection for connection, (phase, _) in self._phases.items() if phase == "waiting"]
+        for connection in waiting:
+            try:
+                connection.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass
         self._pool.shutdown(wait=True)
         self._refusals.shutdown(wait=True)
+        self._watchdog_stop.set()
         if self.scheduler is not None:
             self.scheduler.stop()
         self.versions.stop()
@@ -125,12 +185,16 @@ def _linger(connection, seconds: float = 0.5, most: int = 1 << 20) -> None:
     Closing a socket with unread input makes the kernel reset the connection,
     and a reset can destroy our answer before the client reads it: a 413 sent
     without reading the body, for one. Apache's "lingering close" does the same.
+    At most ``seconds`` in all.
     """
+    deadline = time.monotonic() + seconds
     try:
         connection.shutdown(socket.SHUT_WR)
-        connection.settimeout(seconds)
         drained = 0
-        while drained < most and (chunk := connection.recv(65536)):
+        while drained < most and (left := deadline - time.monotonic()) > 0:
+            connection.settimeout(left)
+            if not (chunk := connection.recv(65536)):
+                break
             drained += len(chunk)
     except OSError:
         pass
@@ -141,19 +205,39 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     server: RestServer
 
     def handle_one_request(self):
-        self.server.set_idle(self.connection, True)
+        if self.server.stopping:  # a connection that starts after stop() ended the waiting ones
+            self.close_connection = True
+            return
+        self.server.set_phase(self.connection, "waiting")
         super().handle_one_request()
 
     def parse_request(self):
-        self.server.set_idle(self.connection, False)
+        self.server.set_phase(self.connection, "reading")
         return super().parse_request()
+
+    def handle_expect_100(self):
+        """Refuses an oversize or unreadable body before the client sends it (curl asks for large uploads)."""
+        try:
+            self._body_length()
+        except ClientError as error:
+            self._error(error)
+            return False
+        return super().handle_expect_100()
+
+    def send_error(self, code, message=None, explain=None):
+        """http.server's own errors (a malformed request line, an unknown method) as JSON too."""
+        self.close_connection = True
+        try:
+            self._reply(code, {"error": message or explain or http.HTTPStatus(code).phrase})
+        except OSError:
+            pass
 
     def _reply(self, code: int, payload: dict):
         data = json.dumps(payload).encode("utf-8")
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        if self.server.stopping or code >= 500 and code != 503:
+        if self.server.stopping or self.server.busy or (code >= 500 and code != 503):
             self.close_connection = True
         if self.close_connection:
             self.send_header("Connection", "close")
@@ -163,8 +247,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _error(self, error: ClientError):
         self._reply(error.status, {"error": str(error)})
 
-    def _body(self) -> bytes | None:
-        """The request body, or ``None`` when the client went away before sending all of it."""
+    def _body_length(self) -> int:
+        """The announced body length, checked: a :class:`ClientError` (and no keep-alive) when it cannot be read."""
         if self.headers.get("Transfer-Encoding"):
             self.close_connection = True
             raise ClientError("Transfer-Encoding is not supported: send a Content-Length", 411)
@@ -172,7 +256,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if raw is None:
             self.close_connection = True
             raise ClientError("A request body needs a Content-Length header", 411)
-        if not raw.strip().isdigit():
+        if not _LENGTH.fullmatch(raw.strip()):
             self.close_connection = True  # where this request ends is unknown
             raise ClientError(f"Content-Length must be a non-negative integer, got {raw[:40]!r}")
         length = int(raw)
@@ -181,34 +265,51 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             raise ClientError(
                 f"Request body of {length} bytes exceeds the limit of {self.server.max_request_bytes}", 413
             )
+        return length
+
+    def _body(self) -> bytes | None:
+        """The request body, or ``None`` when the client went away before sending all of it."""
+        length = self._body_length()
         try:
             body = self.rfile.read(length)
         except TimeoutError:
+            body = None
+        if body is None or len(body) < length:
             self.close_connection = True
-            raise ClientError(f"The request body did not arrive within {self.timeout:g} s", 408) from None
-        if len(body) < length:
-            self.close_connection = True
-            return None
+            if body is None or self.connection in self.server.expired:
+                raise ClientError(f"The request did not arrive within {self.server.timeout_seconds:g} s", 408)
+            return None  # the client went away
+        self.server.set_phase(self.connection, "working")
         return body
 
     def do_GET(self):  # noqa: N802 (http.server API)
         server = self.server
-        if self.path == "/healthz":
-            return self._reply(200, {"status": "serving"})
-        if self.path == "/readyz":
-            ready = server.versions.ready and not server.stopping
-            return self._reply(200 if ready else 503, {"ready": ready, "model": server.versions.name})
         try:
+            if self.headers.get("Content-Length", "0").strip() not in ("", "0") or self.headers.get(
+                "Transfer-Encoding"
+            ):
+                self.close_connection = True  # a body on a GET: do not read what follows as a request
+            server.set_phase(self.connection, "working")
+            if self.path == "/healthz":
+                return self._reply(200, {"status": "serving"})
+            if self.path == "/readyz":
+                ready = server.versions.ready and not server.stopping
+                return self._reply(200 if ready else 503, {"ready": ready, "model": server.versions.name})
             match = self._route()
             if match["predict"]:
                 raise NotFound(f"Predict is a POST: POST /v1/models/{server.versions.name}:predict")
             if match["metadata"]:
                 metadata = server.versions.servable(match["version"]).metadata()
-                metadata["model_spec"]["name"] = server.versions.name
+                metadata["model_spec"] = {"name": server.versions.name, **metadata["model_spec"]}
                 return self._reply(200, metadata)
             return self._reply(200, server.versions.status(match["version"]))
         except ClientError as error:
             return self._error(error)
+        except OSError:
+            raise  # the connection: nothing to answer on
+        except Exception as error:  # a fault of ours; the server stays up
+            logging.exception("GET %s failed", self.path)
+            return self._reply(500, {"error": f"{type(error).__name__}: {error}"})
 
     def do_POST(self):  # noqa: N802
         server = self.server
@@ -225,9 +326,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             outputs = self._predict(servable, request)
         except ClientError as error:
             return self._error(error)
+        except OSError:
+            raise
         except Exception as error:  # a fault of ours; the server stays up
             if _is_invalid_argument(error):  # the graph refused the input: the client's mistake
-                return self._reply(400, {"error": str(error).strip().splitlines()[0]})
+                return self._reply(400, {"error": graph_error(error)})
             logging.exception("predict failed")
             return self._reply(500, {"error": f"{type(error).__name__}: {error}"})
         return self._reply(200, response(request, outputs))
@@ -268,7 +371,7 @@ def make_server(
     max_batch_size: int = 64,
     enable_batching: bool = True,
     batch_timeout_micros: int = 1000,
-    num_batch_threads: int = 1,
+    num_batch_threads: int = 2,
     max_enqueued_batches: int = 16,
     max_request_bytes: int = 4 << 20,
     timeout_seconds: float = 30.0,

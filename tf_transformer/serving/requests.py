@@ -94,6 +94,10 @@ def parse_predict(body, input_kinds: dict[str, str], max_batch_size: int) -> Pre
         for index, value in enumerate(values):
             if not isinstance(value, str):
                 raise ClientError(f"{name} takes strings; input {index} is {_kind(value)}")
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as error:  # JSON allows lone surrogates ("\ud800"); UTF-8 does not
+                raise ClientError(f"input {index} is not valid Unicode: {error.reason} at {error.start}") from None
     else:
         for index, row in enumerate(values):
             if not isinstance(row, list) or not row or not all(_is_int(i) for i in row):

@@ -2,28 +2,26 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
 
 from tf_transformer.constants import EOS_ID, PAD_ID
-from tf_transformer.inference.export import EXPORT_INFO
+from tf_transformer.inference.export import SourceLimit
 from tf_transformer.serving.requests import ClientError, PredictRequest
 
 
 class Servable:
     """The SavedModel at ``path``, served as ``version``.
 
-    What an export records in ``assets.extra/tf_transformer.json`` (the longest
-    source, the vocabulary size) is checked here per request, so that a request
-    that would fail inside the graph, or take the server's memory, fails alone
-    before it is merged with others into a batch. Exports written before that
-    file existed are served without a length limit.
+    The limits an export records (:class:`~tf_transformer.inference.export.SourceLimit`:
+    the longest source, the vocabulary size) are checked here per request, so
+    that a request that would fail inside the graph, or take the server's
+    memory, fails alone before it is merged with others into a batch. Exports
+    written before the limits existed are served without a length limit.
     """
 
     def __init__(self, path: str, version: int):
-        import sentencepiece as spm
         import tensorflow as tf
         import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
@@ -36,32 +34,25 @@ class Servable:
             name: "strings" if function.structured_input_signature[1]["inputs"].dtype == tf.string else "ids"
             for name, function in self.signatures.items()
         }
-        info_path = os.path.join(path, EXPORT_INFO)
-        self.info = {}
-        if os.path.exists(info_path):
-            with open(info_path, encoding="utf-8") as handle:
-                self.info = json.load(handle)
-        vocabulary = os.path.join(path, "assets", "sp.model")
-        self._pieces = spm.SentencePieceProcessor(model_file=vocabulary) if os.path.exists(vocabulary) else None
-        self.max_source_length = None if self.info.get("truncate_source") else self.info.get("max_source_length")
-        self.vocab_size = self.info.get("source_vocab_size") or (self._pieces and self._pieces.get_piece_size())
+        self.limits = SourceLimit(path)
+        self._metadata = _signature_defs(path)
 
     def check(self, request: PredictRequest) -> None:
         """Refuses (:class:`ClientError`) a source over the export's length limit or an id outside its vocabulary."""
-        limit = self.max_source_length
+        limit, vocab_size = self.limits.limit, self.limits.vocab_size
         if self.input_kinds[request.signature] == "strings":
-            if limit is None or self._pieces is None:
-                return
             for index, text in enumerate(request.rows):
-                # Sources are stripped and tokenized in the graph as here, then EOS is appended.
-                if len(self._pieces.encode(text.strip())) + 1 > limit:
-                    raise ClientError(_too_long(index, limit))
+                if (why := self.limits.violation(text)) is not None:
+                    raise ClientError(f"input {index}: {why}")
             return
         for index, row in enumerate(request.rows):
-            if self.vocab_size and not all(0 <= i < self.vocab_size for i in row):
-                raise ClientError(f"input {index} holds a token id outside the vocabulary [0, {self.vocab_size})")
+            if vocab_size and not all(0 <= i < vocab_size for i in row):
+                raise ClientError(f"input {index} holds a token id outside the vocabulary [0, {vocab_size})")
             if limit is not None and sum(i != PAD_ID for i in row) > limit:
-                raise ClientError(_too_long(index, limit))
+                raise ClientError(
+                    f"input {index}: {sum(i != PAD_ID for i in row)} tokens is longer than this model's maximum "
+                    f"source length of {limit} (EOS = {EOS_ID} included)"
+                )
 
     def run(self, signature: str, rows: list) -> dict[str, np.ndarray]:
         """The signature's outputs for ``rows`` (strings, or id lists padded here to one width)."""
@@ -76,27 +67,22 @@ class Servable:
 
     def metadata(self) -> dict:
         """The signatures as TF Serving's model metadata API gives them (``GetModelMetadataResponse`` in JSON)."""
-        from google.protobuf import json_format
-        from tensorflow.core.protobuf import saved_model_pb2
-
-        model = saved_model_pb2.SavedModel()
-        with open(os.path.join(self.path, "saved_model.pb"), "rb") as handle:
-            model.ParseFromString(handle.read())
-        signature_defs = {
-            name: _message_dict(json_format, signature)
-            for name, signature in model.meta_graphs[0].signature_def.items()
-        }
         return {
             "model_spec": {"signature_name": "", "version": str(self.version)},
-            "metadata": {"signature_def": {"signature_def": signature_defs}},
+            "metadata": {"signature_def": {"signature_def": self._metadata}},
         }
 
 
-def _too_long(index: int, limit: int) -> str:
-    return (
-        f"input {index} is longer than this model's maximum source length of {limit} tokens "
-        f"(EOS = {EOS_ID} included); shorten or split it"
-    )
+def _signature_defs(path: str) -> dict:
+    """The SavedModel's SignatureDefs as JSON with TF Serving's field names, fields at their defaults included."""
+    from google.protobuf import json_format
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    model = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as handle:
+        model.ParseFromString(handle.read())
+    signatures = model.meta_graphs[0].signature_def
+    return {name: _message_dict(json_format, signature) for name, signature in signatures.items()}
 
 
 def _message_dict(json_format, message) -> dict:

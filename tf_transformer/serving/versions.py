@@ -12,6 +12,7 @@ that version alone is served.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Callable
 
@@ -19,6 +20,8 @@ from absl import logging
 
 from tf_transformer.serving.requests import NotFound, Unavailable
 from tf_transformer.serving.servable import Servable
+
+_VERSION = re.compile(r"[0-9]{1,18}")  # a version directory's name: its number (int64, as TF Serving's)
 
 # TF Serving's ModelVersionStatus states.
 LOADING, AVAILABLE, END = "LOADING", "AVAILABLE", "END"
@@ -31,7 +34,7 @@ class ModelVersions:
         path = os.path.abspath(path)
         self.fixed = os.path.exists(os.path.join(path, "saved_model.pb"))
         self.base = os.path.dirname(path) if self.fixed else path
-        if self.fixed and not os.path.basename(path).isdigit():
+        if self.fixed and not _VERSION.fullmatch(os.path.basename(path)):
             raise FileNotFoundError(f"{path}: a version directory's name must be its number (TF Serving's layout)")
         if not self.fixed and not os.path.isdir(path):
             raise FileNotFoundError(f"No SavedModel at {path} (nor numbered version directories under it)")
@@ -54,7 +57,7 @@ class ModelVersions:
         found = {}
         for entry in os.listdir(self.base) if os.path.isdir(self.base) else []:
             directory = os.path.join(self.base, entry)
-            if entry.isdigit() and os.path.exists(os.path.join(directory, "saved_model.pb")):
+            if _VERSION.fullmatch(entry) and os.path.exists(os.path.join(directory, "saved_model.pb")):
                 found[int(entry)] = directory
         return found
 
@@ -69,10 +72,11 @@ class ModelVersions:
         if current is not None and current.version == target:
             return
         self._set_state(target, LOADING)
+        files = _files_signature(versions[target])  # before loading: a copy may finish while the load fails
         try:
             servable = self._load(versions[target], target)
         except Exception as error:  # a broken or half-written version: keep serving the one we have
-            self._failed[target] = _files_signature(versions[target])
+            self._failed[target] = files
             message = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
             self._set_state(target, END, message)
             logging.error(
@@ -110,7 +114,7 @@ class ModelVersions:
         while not self._stop.wait(seconds):
             try:
                 self.poll()
-            except OSError as error:  # the base directory vanished for a moment: try again next time
+            except Exception as error:  # the base directory vanished for a moment: try again next time
                 logging.warning("Polling %s: %s", self.base, error)
 
     def _set_state(self, version: int, state: str, error: str = "") -> None:
@@ -124,8 +128,9 @@ class ModelVersions:
         current = self._current
         if current is None:
             raise Unavailable(f"No version of {self.name} is loaded yet")
-        if version is not None and int(version) != current.version:
-            state = self._states.get(int(version), {}).get("state", "unknown")
+        if version is not None and (not _VERSION.fullmatch(version) or int(version) != current.version):
+            known = self._states.get(int(version)) if _VERSION.fullmatch(version) else None
+            state = known["state"] if known else "unknown"
             raise NotFound(
                 f"Version {version} of {self.name} is not being served (state: {state}); version {current.version} is"
             )
@@ -136,7 +141,7 @@ class ModelVersions:
         with self._lock:
             states = dict(self._states)
         if version is not None:
-            if int(version) not in states:
+            if not _VERSION.fullmatch(version) or int(version) not in states:
                 raise NotFound(f"Version {version} of {self.name} is not known to this server")
             states = {int(version): states[int(version)]}
         return {
