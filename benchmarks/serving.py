@@ -1,0 +1,123 @@
+"""Serving benchmark (not a test): tft-serve's sentences/s and latency under concurrent clients, with batching or not.
+
+    python -m benchmarks.serving --model saved_models/multi30k_en_de \\
+        --sentences ../shared/data/multi30k/test_2016_flickr.en
+
+Starts ``tft-serve`` on 127.0.0.1 four times over the same export: with request
+batching as by default (two batch threads), with one batch thread, with batches
+of one sentence on one thread (requests decoded one at a time, as the server did
+before batching), and with batching off (concurrent requests each run their own
+decode at once). In each, ``--clients`` clients send
+``--requests`` single-sentence requests each, after a warm-up round. Translations
+from the batching server are compared with the one-at-a-time server's (lone
+calls): merging may change one only at float near-ties. Then a fault round
+against the batching server: 16 clients × 50 requests mixing good sentences,
+malformed JSON, wrong types, oversize bodies, overlong sentences and
+mid-request disconnects, reporting the answers by kind and the server's resident
+memory after a warm-up round and after the run. The last line printed is one
+JSON object. Client helpers: ``tests/serving``.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+
+import numpy as np
+from absl import app, flags
+
+from benchmarks.common import machine
+from tests.serving.client import Server
+from tests.serving.load import run_load
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("model", "saved_models/multi30k_en_de", "Export base directory (or one version's).")
+flags.DEFINE_string("sentences", "../shared/data/multi30k/test_2016_flickr.en", "Source sentences, one per line.")
+flags.DEFINE_integer("clients", 16, "Concurrent clients.")
+flags.DEFINE_integer("requests", 25, "Requests per client, one sentence each.")
+flags.DEFINE_integer("warmup", 3, "Requests per client before measuring.")
+
+LAYOUTS = {
+    "batching": [],  # two batch threads, each op of a batch on one core of two
+    "batching_one_thread": ["--num_batch_threads", "1"],
+    "one_at_a_time": ["--max_batch_size", "1", "--num_batch_threads", "1"],
+    "no_batching": ["--noenable_batching"],
+}
+
+
+def measure(flags_: list[str], sentences: list[str]) -> dict:
+    server = Server(FLAGS.model, *flags_)
+    try:
+        load = dict(sentences=sentences, overlong="", max_request_bytes=0, clients=FLAGS.clients, kinds=("good",))
+        run_load(server.port, server.name, requests=FLAGS.warmup, seed=10_000, **load)
+        start = time.perf_counter()
+        results = run_load(server.port, server.name, requests=FLAGS.requests, **load)
+        seconds = time.perf_counter() - start
+    finally:
+        server.stop()
+    failed = [status for _, _, status, _, _ in results if status != 200]
+    if failed:
+        raise SystemExit(f"{len(failed)} requests failed: {failed[:5]}")
+    latencies = np.array([elapsed for *_, elapsed in results])
+    translations = [answer["predictions"][0]["translations"] for *_, answer, _ in results]
+    return {
+        "sentences_per_second": round(len(results) / seconds, 2),
+        "p50_ms": round(float(np.percentile(latencies, 50)) * 1000, 1),
+        "p99_ms": round(float(np.percentile(latencies, 99)) * 1000, 1),
+        "translations": translations,
+    }
+
+
+def faults(sentences: list[str]) -> dict:
+    """Answers by request kind under a mix of good and bad requests, and the server's memory around it."""
+    limit = 1 << 20
+    server = Server(FLAGS.model, "--max_request_bytes", str(limit), "--rest_api_timeout_in_ms", "3000")
+    try:
+        overlong = " ".join(sentences) * 4  # thousands of tokens: over any export's limit
+        load = dict(sentences=sentences, overlong=overlong, max_request_bytes=limit, clients=16)
+        run_load(server.port, server.name, requests=10, seed=20_000, **load)
+        warm = server.resident_bytes()
+        results = run_load(server.port, server.name, requests=50, **load)
+        after = server.resident_bytes()
+        alive = server.get(f"/v1/models/{server.name}")[0] == 200
+    finally:
+        code = server.stop()
+    answers = collections.Counter(f"{kind}:{status}" for kind, _, status, _, _ in results)
+    return {
+        "requests": len(results),
+        "answers": dict(sorted(answers.items())),
+        "alive": alive,
+        "exit_code": code,
+        "rss_mb_after_warm_up": round(warm / 2**20, 1),
+        "rss_mb_after": round(after / 2**20, 1),
+    }
+
+
+def main(argv):
+    del argv
+    with open(FLAGS.sentences, encoding="utf-8") as handle:
+        sentences = [line.rstrip("\n") for line in handle][:500]
+    results = {name: measure(flags_, sentences) for name, flags_ in LAYOUTS.items()}
+    lone = results["one_at_a_time"].pop("translations")
+    merged = results["batching"].pop("translations")
+    results["no_batching"].pop("translations")
+    results["batching_one_thread"].pop("translations")
+    differ = sum(a != b for a, b in zip(merged, lone, strict=True))
+    speedup = results["batching"]["sentences_per_second"] / results["one_at_a_time"]["sentences_per_second"]
+    summary = {
+        "benchmark": "serving",
+        "machine": machine(),
+        "model": FLAGS.model,
+        "clients": FLAGS.clients,
+        "requests": FLAGS.clients * FLAGS.requests,
+        **results,
+        "batching_vs_one_at_a_time": round(speedup, 2),
+        "batched_translations_differing_from_lone_calls": differ,
+        "faults": faults(sentences),
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    app.run(main)
