@@ -91,3 +91,39 @@ def test_stop_answers_the_request_in_flight_and_closes_idle_connections():
     assert answer["reply"] == (200, {"predictions": [{"translations": "AB"}]})
     idle.settimeout(5)
     assert idle.recv(1024) == b""
+
+
+def test_a_client_that_dribbles_its_request_is_cut_off():
+    """A byte every 0.3 s beats a per-read timeout of 1 s; the request's deadline still ends it, mid-dribble."""
+    import select
+
+    server, port = start(SlowModel(), timeout_seconds=1.0)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as slow:
+            started, closed_after = time.monotonic(), None
+            for byte in b"POST /v1/models/m:predict HTTP/1.1\r\nContent-Length: 5\r\n\r\n{":
+                try:
+                    slow.sendall(bytes([byte]))
+                    time.sleep(0.3)
+                    if select.select([slow], [], [], 0)[0] and slow.recv(65536) == b"":  # closed by the server
+                        closed_after = time.monotonic() - started
+                except OSError:
+                    closed_after = time.monotonic() - started
+                if closed_after is not None or time.monotonic() - started > 8:
+                    break
+            assert closed_after is not None and closed_after < 5, closed_after
+        assert request(port, "GET", "/v1/models/m", timeout=10)[0] == 200
+    finally:
+        server.stop()
+
+
+def test_expect_100_continue_gets_413_before_the_body():
+    server, port = start(SlowModel(), max_request_bytes=100)
+    try:
+        head = b"POST /v1/models/m:predict HTTP/1.1\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n"
+        [(status, reply)] = responses(raw_exchange(port, head, timeout=10))
+        assert status == 413 and "exceeds the limit of 100" in reply["error"]
+        [(status, reply)] = responses(raw_exchange(port, b"PUT /v1/models/m HTTP/1.1\r\n\r\n", timeout=10))
+        assert status == 501 and reply["error"]  # http.server's own errors, as JSON too
+    finally:
+        server.stop()
