@@ -1,0 +1,63 @@
+"""Word alignments from piece attention: pieces merged into words as stated, argmax per target word."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tf_transformer.inference.alignment import format_alignment, merge_pieces, word_alignment, word_index
+
+
+def test_word_index_follows_word_starts():
+    assert word_index(["▁Ein", "▁Hund", "e", "s", "▁läuft"]).tolist() == [0, 1, 1, 1, 2]
+    assert word_index(["ab", "▁c"]).tolist() == [0, 1]  # the first piece starts a word whatever it holds
+
+
+def test_merge_sums_the_attended_side_and_averages_the_attending_side():
+    source = ["▁a", "b", "▁c"]  # words: "ab", "c"
+    target = ["▁x", "▁y", "z"]  # words: "x", "yz"
+    attention = np.array(
+        [
+            [0.2, 0.3, 0.5],
+            [0.6, 0.3, 0.1],
+            [0.0, 0.2, 0.8],
+        ]
+    )
+    merged = merge_pieces(attention, source, target)
+    np.testing.assert_allclose(merged, [[0.5, 0.5], [(0.9 + 0.2) / 2, (0.1 + 0.8) / 2]])
+    assert word_alignment(attention, source, target) == [(0, 0), (0, 1)]
+    assert format_alignment([(0, 0), (2, 1)]) == "0-0 2-1"
+    with pytest.raises(ValueError, match="does not match"):
+        merge_pieces(attention[:2], source, target)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_rows_still_sum_to_one_and_a_reversal_is_recovered(data):
+    pieces = st.lists(st.sampled_from(["▁w", "p", "▁v"]), min_size=1, max_size=8)
+    source, target = data.draw(pieces), data.draw(pieces)
+    weights = np.random.default_rng(data.draw(st.integers(0, 2**31))).random([len(target), len(source)])
+    attention = weights / weights.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(merge_pieces(attention, source, target).sum(axis=1), 1.0)
+    words = ["▁w"] * len(source)  # one piece per word: attention that reverses the words aligns j to n-1-j
+    reverse = np.eye(len(words))[::-1]
+    assert word_alignment(reverse, words, words) == [(len(words) - 1 - j, j) for j in range(len(words))]
+
+
+def test_hypothesis_attention_is_the_models_teacher_forced_attention():
+    import tensorflow as tf
+
+    from configs import get_config
+    from tf_transformer import build_transformer
+    from tf_transformer.inference.alignment import hypothesis_attention
+
+    model = build_transformer(get_config("tiny").replace(vocab_size=50)).build_for_shapes()
+    source = tf.constant([[5, 6, 7, 3, 0], [8, 3, 0, 0, 0]])
+    target = tf.constant([[9, 10, 3], [11, 3, 0]])
+    attention = hypothesis_attention(model, source, target, layer=-1).numpy()  # [batch, tgt_len, src_len]
+    assert attention.shape == (2, 3, 5)
+    np.testing.assert_allclose(attention.sum(axis=-1), 1.0, atol=1e-5)
+    assert np.all(attention[0, :, 4] == 0) and np.all(attention[1, :, 2:] == 0)  # padded keys get nothing
+    _, weights = model.attention_weights({"inputs": source, "targets": tf.constant([[2, 9, 10], [2, 11, 3]])})
+    expected = weights["decoder"][-1]["cross_attention"].numpy().mean(axis=1)
+    np.testing.assert_allclose(attention, expected, atol=1e-6)
