@@ -153,6 +153,10 @@ class Tokenizer(tf.Module):
         """``string[batch]`` → ``int32`` RaggedTensor ``[batch, (len)]``."""
         return self._eager_retry("tokenize", strings)
 
+    def pieces(self, ids):
+        """``int`` ids of any shape → their SentencePiece pieces (``"▁"`` starts a word), same shape."""
+        return self._eager_retry("id_to_string", ids)
+
     def detokenize(self, ids):
         """``int[batch, len]`` (ragged, or dense padded with 0) → ``string[batch]``."""
         if not isinstance(ids, tf.RaggedTensor):

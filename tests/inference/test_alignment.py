@@ -61,3 +61,31 @@ def test_hypothesis_attention_is_the_models_teacher_forced_attention():
     _, weights = model.attention_weights({"inputs": source, "targets": tf.constant([[2, 9, 10], [2, 11, 3]])})
     expected = weights["decoder"][-1]["cross_attention"].numpy().mean(axis=1)
     np.testing.assert_allclose(attention, expected, atol=1e-6)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.data())
+def test_the_graph_aligns_as_the_reference(data):
+    """graph_word_alignment on a padded batch equals word_alignment row by row (EOS and padding left out)."""
+    import tensorflow as tf
+
+    from tf_transformer.inference.alignment import graph_word_alignment
+
+    rows = data.draw(st.integers(1, 3))
+    sentence = st.lists(st.sampled_from(["▁w", "p", "▁v", "q"]), min_size=1, max_size=6)
+    sources, targets = [data.draw(sentence) for _ in range(rows)], [data.draw(sentence) for _ in range(rows)]
+    src_len, tgt_len = max(map(len, sources)) + 2, max(map(len, targets)) + 2  # EOS and at least one padding
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**31)))
+    attention = rng.random([rows, tgt_len, src_len]).astype(np.float32)
+
+    def padded(pieces, length):  # ids 4.. for pieces, then EOS (3) and padding (0); pieces "" there
+        ids = [list(range(4, 4 + len(p))) + [3] + [0] * (length - len(p) - 1) for p in pieces]
+        strings = [p + ["</s>"] + ["<pad>"] * (length - len(p) - 1) for p in pieces]
+        return tf.constant(ids, tf.int32), tf.constant(strings)
+
+    (source_ids, source_pieces), (target_ids, target_pieces) = padded(sources, src_len), padded(targets, tgt_len)
+    got = graph_word_alignment(attention, source_ids, target_ids, source_pieces, target_pieces).numpy()
+    for row in range(rows):
+        piece_attention = attention[row, : len(targets[row]), : len(sources[row])]
+        expected = format_alignment(word_alignment(piece_attention, sources[row], targets[row]))
+        assert got[row].decode() == expected
