@@ -31,6 +31,27 @@ def test_translate_cli_keeps_input_order(tiny_export):
     assert single.stdout.split("\n")[0] == outputs[3]
 
 
+def test_translate_cli_prints_alignments(tiny_export):
+    import re
+
+    result = subprocess.run(
+        [str(BIN / "tft-translate"), "--model", str(tiny_export), "--alignment", "--scores"],
+        input="alpha beta gamma\n\nzeta omega\n",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.split("\t") for line in result.stdout.split("\n")[:-1]]
+    assert len(rows) == 3 and all(len(row) == 3 for row in rows) and rows[1][1:] == ["", ""]
+    for _, text, alignment in rows:
+        assert re.fullmatch(r"(\d+-\d+( \d+-\d+)*)?", alignment) and len(alignment.split()) == len(text.split())
+    refused = subprocess.run(
+        [str(BIN / "tft-translate"), "--model_dir", "anything", "--alignment"], capture_output=True, text=True
+    )
+    assert refused.returncode != 0 and "--alignment needs --model" in refused.stderr
+
+
 def test_translate_cli_streams_chunk_by_chunk(tiny_export):
     """Forty lines in chunks of 5: each chunk's translations come out before the next line is even sent."""
     import queue

@@ -63,12 +63,44 @@ def test_export_layout_and_assets(tiny_export):
     assert not [p for p in tiny_export.parent.iterdir() if p.name.startswith(".")]  # no staging left behind
 
 
-def test_export_saves_each_weight_once(tiny_run, tiny_export):
-    """The graph's variables only: not the Keras model's copy of them, nor the decoder's unused training layout."""
+def saved_numbers(export) -> int:
+    shapes = tf.train.load_checkpoint(str(export / "variables" / "variables")).get_variable_to_shape_map()
+    return sum(int(np.prod(shape)) for name, shape in shapes.items() if name != "_CHECKPOINTABLE_OBJECT_GRAPH")
+
+
+def test_export_saves_each_weight_once(tiny_run, tiny_export, tmp_path):
+    """The graph's variables only: not the Keras model's copy of them, nor the decoder's unused training layout.
+
+    The alignment signature's teacher-forced pass reads the decoder's kernels as trained, so with it (the
+    default) they are saved a second time, beside their decoding layout, and no more."""
     model, _ = restore_model(str(tiny_run))
-    shapes = tf.train.load_checkpoint(str(tiny_export / "variables" / "variables")).get_variable_to_shape_map()
-    saved = sum(int(np.prod(shape)) for name, shape in shapes.items() if name != "_CHECKPOINTABLE_OBJECT_GRAPH")
-    assert saved == model.count_params()  # the frozen decoding layout holds as many numbers as the kernels
+    plain = export_run(str(tiny_run), str(tmp_path / "plain" / "1"), extra_length=10, alignment_layer=None)
+    assert saved_numbers(tmp_path / "plain" / "1") == model.count_params()  # the decoding layout: as many numbers
+    assert plain.endswith("1")
+    decoder_kernels = sum(int(np.prod(w.shape)) for w in model.decoder.weights if w.path.endswith("kernel"))
+    assert model.count_params() < saved_numbers(tiny_export) <= model.count_params() + decoder_kernels
+
+
+def test_alignment_signature_translates_as_serving_default_and_aligns_every_word(tiny_run, tiny_export):
+    import tensorflow_text  # noqa: F401
+
+    info = json.loads((tiny_export / EXPORT_INFO).read_text())
+    assert info["alignment_layer"] == 0  # tiny has 2 layers: the penultimate
+    loaded = tf.saved_model.load(str(tiny_export))
+    sentences = tf.constant(["alpha beta gamma", "", "zeta omega sigma kappa"])
+    plain = loaded.signatures["serving_default"](inputs=sentences)
+    aligned = loaded.signatures["translate_with_alignment"](inputs=sentences)
+    assert aligned["translations"].numpy().tolist() == plain["translations"].numpy().tolist()
+    np.testing.assert_allclose(aligned["scores"], plain["scores"], atol=1e-5)
+    for source, translation, alignment in zip(
+        sentences.numpy(), aligned["translations"].numpy(), aligned["alignments"].numpy(), strict=True
+    ):
+        pairs = [tuple(map(int, pair.split("-"))) for pair in alignment.decode().split()]
+        target_words = len(translation.split())
+        assert [j for _, j in pairs] == list(range(target_words))  # one pair per target word, in order
+        assert all(0 <= i < len(source.split()) for i, _ in pairs)
+    attention = aligned["attention"].numpy()  # [batch, out_len, src_len]: rows of real tokens sum to 1
+    np.testing.assert_allclose(attention[0].sum(axis=-1)[attention[0].sum(axis=-1) > 0], 1.0, atol=1e-5)
 
 
 def test_fresh_process_loads_with_both_loaders_and_matches(tiny_run, tiny_export):

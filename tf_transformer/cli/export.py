@@ -54,12 +54,22 @@ flags.DEFINE_bool(
     "Export translate_ids alone (also as serving_default): token ids in and out, no tensorflow-text op in the "
     "graph, for TF Serving builds without TF Text. Clients tokenize with the export's assets/sp.model.",
 )
+flags.DEFINE_integer(
+    "alignment_layer",
+    None,
+    "Decoder layer (from 0) whose encoder-decoder attention aligns words in the translate_with_alignment "
+    "signature (default: the penultimate, which aligns better than the last).",
+    lower_bound=0,
+)
+flags.DEFINE_bool("alignment", True, "Add the translate_with_alignment signature (--noalignment: leave it out).")
 flags.DEFINE_bool("overwrite", False, "Replace an existing export directory.")
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    if FLAGS.alignment_layer is not None and (not FLAGS.alignment or FLAGS.ids_only):
+        raise app.UsageError("--alignment_layer needs the alignment signature: not with --noalignment or --ids_only")
     from tf_transformer.inference.export import export_run
     from tf_transformer.run_dir import CheckpointError, WriteError, default_checkpoint
 
@@ -79,6 +89,13 @@ def main(argv):
             max_source_length=FLAGS.max_source_length,
             truncate_source=FLAGS.truncate_source,
             ids_only=FLAGS.ids_only,
+            alignment_layer=(
+                None
+                if not FLAGS.alignment
+                else "penultimate"
+                if FLAGS.alignment_layer is None
+                else FLAGS.alignment_layer
+            ),
             overwrite=FLAGS.overwrite,
         )
     except (FileNotFoundError, FileExistsError, CheckpointError, WriteError, ValueError) as error:

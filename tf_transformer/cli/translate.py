@@ -38,6 +38,12 @@ flags.DEFINE_integer("beam_size", None, "Beam size (--model_dir only; default: t
 flags.DEFINE_float("alpha", None, "Length penalty α (--model_dir only; default: the config's, 0.6).")
 flags.DEFINE_integer("nbest", 1, "Hypotheses per input (--model_dir only), written 'index<TAB>score<TAB>text'.")
 flags.DEFINE_bool("scores", False, "Write 'score<TAB>translation' lines.")
+flags.DEFINE_bool(
+    "alignment",
+    False,
+    "Append '<TAB>i-j …' to each line: source-target word pairs from the export's translate_with_alignment "
+    "signature (--model only).",
+)
 flags.DEFINE_integer(
     "streams", 1, "Batch parts decoded side by side (--model_dir only; an export fixes its own).", lower_bound=1
 )
@@ -56,6 +62,8 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     if bool(FLAGS.model) == bool(FLAGS.model_dir):
         raise app.UsageError("Give exactly one of --model (an export) or --model_dir (a training run)")
+    if FLAGS.alignment and not FLAGS.model:
+        raise app.UsageError("--alignment needs --model: an export with the translate_with_alignment signature")
     if FLAGS.model and (FLAGS.beam_size or FLAGS.alpha is not None or FLAGS.nbest != 1 or FLAGS.streams != 1):
         raise app.UsageError(
             "--beam_size, --alpha, --nbest and --streams are fixed when exporting (tft-export); "
@@ -73,7 +81,7 @@ def main(argv):
 
     try:
         if FLAGS.model:
-            translate = export_translate(FLAGS.model)
+            translate = export_translate(FLAGS.model, alignment=FLAGS.alignment)
         else:
             from tf_transformer.run_dir import default_checkpoint
 
@@ -97,8 +105,9 @@ def main(argv):
                     else:
                         print(f"{score:.4f}\t{text}" if FLAGS.scores else text)
             else:
-                text, score = result
-                print(f"{score:.4f}\t{text}" if FLAGS.scores else text)
+                text, score, *alignment = result
+                line = f"{score:.4f}\t{text}" if FLAGS.scores else text
+                print("\t".join([line, *alignment]))
             if (index + 1) % FLAGS.chunk_size == 0:
                 sys.stdout.flush()  # a chunk's translations are out before the next chunk is read
     except DataError as error:

@@ -6,19 +6,35 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 
 
-def export_translate(model_path: str) -> Callable[[list[str]], list[tuple[str, float]]]:
-    """``translate(batch of lines) → [(translation, score), …]`` with the SavedModel at ``model_path``."""
+def export_translate(model_path: str, alignment: bool = False) -> Callable[[list[str]], list[tuple]]:
+    """``translate(batch of lines) → [(translation, score), …]`` with the SavedModel at ``model_path``.
+
+    ``alignment``: ``(translation, score, "i-j …")`` from the export's
+    ``translate_with_alignment`` signature (a ``ValueError`` if it has none).
+    """
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
-    serving = tf.saved_model.load(model_path).signatures["serving_default"]
+    signatures = tf.saved_model.load(model_path).signatures
+    name = "translate_with_alignment" if alignment else "serving_default"
+    if name not in signatures:
+        raise ValueError(f"{model_path} has no {name} signature: export it again (tft-export adds it by default)")
+    serving = signatures[name]
 
     def translate(batch):
         outputs = serving(inputs=tf.constant(batch))
-        texts, scores = outputs["translations"].numpy(), outputs["scores"].numpy()
-        return [(text.decode("utf-8"), float(score)) for text, score in zip(texts, scores, strict=True)]
+        columns = [outputs["translations"].numpy(), outputs["scores"].numpy()]
+        if alignment:
+            columns.append(outputs["alignments"].numpy())
+        return [_row(values) for values in zip(*columns, strict=True)]
 
     return translate
+
+
+def _row(values) -> tuple:
+    """``(text, score[, alignment])`` from a signature's outputs for one sentence."""
+    text, score, *rest = values
+    return (text.decode("utf-8"), float(score), *(value.decode("utf-8") for value in rest))
 
 
 def checked_sources(lines: Iterable[str], model_path: str, name: str) -> Iterator[str]:

@@ -91,11 +91,13 @@ def graph_error(error: BaseException) -> str:
     return lines[0] if lines else type(error).__name__
 
 
-def export_info(translator: Translator, ids_only: bool) -> dict:
+def export_info(translator: Translator, ids_only: bool, alignment_layer: int | None = None) -> dict:
     """What :data:`EXPORT_INFO` holds for ``translator``."""
     model = translator.model
     return {
-        "signatures": ["serving_default", "translate_ids"],
+        "signatures": ["serving_default", "translate_ids"]
+        + (["translate_with_alignment"] if alignment_layer is not None else []),
+        "alignment_layer": alignment_layer,
         "serving_default": "translate_ids" if ids_only else "translate",
         "max_source_length": translator.max_source_length,
         "truncate_source": translator.truncate_source,
@@ -111,11 +113,18 @@ def export_info(translator: Translator, ids_only: bool) -> dict:
 
 
 def export_translator(
-    translator: Translator, vocabulary_path: str, output: str, overwrite: bool = False, ids_only: bool = False
+    translator: Translator,
+    vocabulary_path: str,
+    output: str,
+    overwrite: bool = False,
+    ids_only: bool = False,
+    alignment_layer: int | None = None,
 ) -> str:
     """Writes ``translator`` as a SavedModel at ``output``, atomically (:mod:`tf_transformer.atomic`).
 
     ``ids_only``: no string signature and no tensorflow-text op (see the module).
+    ``alignment_layer``: add ``translate_with_alignment``, aligning with that
+    decoder layer's attention (:meth:`Translator.translate_with_alignment`).
 
     What is exported is a frozen copy (``Translator.frozen``): the decoder's
     kernels are saved in the layout decoding multiplies with, so a request does
@@ -145,6 +154,12 @@ def export_translator(
                 lambda inputs: translator.translate(inputs),
                 input_signature=[tf.TensorSpec([None], tf.string, name="inputs")],
             )
+            if alignment_layer is not None:
+                archive.add_endpoint(
+                    "translate_with_alignment",
+                    lambda inputs: translator.translate_with_alignment(inputs, alignment_layer),
+                    input_signature=[tf.TensorSpec([None], tf.string, name="inputs")],
+                )
         archive.add_endpoint(
             "translate_ids", lambda inputs: translator.translate_ids(inputs), input_signature=[ids_spec]
         )
@@ -156,7 +171,7 @@ def export_translator(
         shutil.copyfile(vocabulary_path, os.path.join(target, "assets", "sp.model"))
         os.makedirs(os.path.join(target, "assets.extra"), exist_ok=True)
         with open(os.path.join(target, EXPORT_INFO), "w", encoding="utf-8") as handle:
-            json.dump(export_info(translator, ids_only), handle, indent=2)
+            json.dump(export_info(translator, ids_only, None if ids_only else alignment_layer), handle, indent=2)
         replace_directory(target, output)  # an existing export stays whole until the new one is in place
     except (tf.errors.OpError, OSError) as error:  # a full disk, a quota: nothing of this export is left
         raise write_failed("export", output, error, os.path.exists(output)) from None
@@ -180,6 +195,7 @@ def export_run(
     max_source_length: int | None = None,
     truncate_source: bool = False,
     ids_only: bool = False,
+    alignment_layer: int | str | None = "penultimate",
 ) -> str:
     """Exports the run in ``model_dir`` (its averaged or newest checkpoint) to ``output``.
 
@@ -187,6 +203,10 @@ def export_run(
     :class:`~tf_transformer.inference.translator.Translator`) are fixed in the exported graph.
     ``max_source_length`` defaults to the longest sentence training kept (its
     ``max_length``), the longest the model has learned to translate.
+    ``alignment_layer``: the decoder layer (from 0) whose attention aligns in the
+    ``translate_with_alignment`` signature; ``"penultimate"`` (the default: raw
+    attention of the last layer aligns worse, Garg et al. 2019; docs/inference.md);
+    ``None`` for no such signature.
     ``dtype`` (e.g. ``"bfloat16"``) stores and computes the weights in that dtype
     (:func:`~tf_transformer.inference.precision.inference_copy`); by default float32.
     """
@@ -214,7 +234,13 @@ def export_run(
         max_source_length=max_source_length,
         truncate_source=truncate_source,
     )
-    return export_translator(translator, vocabulary, output, overwrite=overwrite, ids_only=ids_only)
+    if alignment_layer == "penultimate":
+        alignment_layer = max(config.num_layers - 2, 0)
+    if alignment_layer is not None and not 0 <= alignment_layer < config.num_layers:
+        raise ValueError(f"alignment_layer {alignment_layer}: the decoder has layers 0 to {config.num_layers - 1}")
+    return export_translator(
+        translator, vocabulary, output, overwrite=overwrite, ids_only=ids_only, alignment_layer=alignment_layer
+    )
 
 
 def training_max_length(model_dir: str) -> int:

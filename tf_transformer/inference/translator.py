@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from pipelines.vocab import Tokenizer
 from tf_transformer.constants import EOS_ID, PAD_ID
+from tf_transformer.inference.alignment import graph_word_alignment, hypothesis_attention
 from tf_transformer.inference.beam_search import beam_search
 from tf_transformer.inference.incremental import IncrementalDecoder
 
@@ -267,3 +268,29 @@ class Translator(tf.Module):
         if nbest == 1:
             return {"translations": strings[:, 0], "scores": scores[:, 0]}
         return {"translations": strings, "scores": scores}
+
+    def translate_with_alignment(self, texts, layer: int):
+        """:meth:`translate` (best only) with the best translation's alignment to its source.
+
+        ``layer``: the decoder layer whose encoder–decoder attention (heads
+        averaged) aligns, counting from 0 (negative: from the top). Returns, besides
+        ``translations`` and ``scores``, ``alignments: string[batch]`` of
+        source-target word pairs ``"i-j …"`` (:mod:`~tf_transformer.inference.alignment`)
+        and ``attention: float32[batch, out_len, src_len]``, over the pieces with EOS.
+        The attention comes from a teacher-forced pass over the translation after
+        the search, which the search itself does not change.
+        """
+        texts = tf.convert_to_tensor(texts, tf.string)
+        empty = tf.equal(tf.strings.length(tf.strings.strip(texts)), 0)  # [batch]
+        source_ids = self.limit_source(self.encode_strings(texts))  # [batch, src_len]
+        ids, scores, _ = self.search(source_ids)
+        best = ids[:, 0]  # [batch, out_len]
+        attention = hypothesis_attention(self.model, source_ids, best, layer)  # [batch, out_len, src_len]
+        pieces = self.tokenizer.pieces
+        alignments = graph_word_alignment(attention, source_ids, best, pieces(source_ids), pieces(best))
+        return {
+            "translations": tf.where(empty, "", self.tokenizer.detokenize(best)),
+            "scores": tf.where(empty, 0.0, scores[:, 0]),
+            "alignments": tf.where(empty, "", alignments),
+            "attention": attention,
+        }
