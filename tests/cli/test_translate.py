@@ -31,6 +31,7 @@ def test_translate_cli_keeps_input_order(tiny_export):
     assert single.stdout.split("\n")[0] == outputs[3]
 
 
+@pytest.mark.slow
 def test_translate_cli_prints_alignments(tiny_export):
     import re
 
@@ -52,6 +53,7 @@ def test_translate_cli_prints_alignments(tiny_export):
     assert refused.returncode != 0 and "--alignment needs --model" in refused.stderr
 
 
+@pytest.mark.slow
 def test_translate_cli_streams_chunk_by_chunk(tiny_export):
     """Forty lines in chunks of 5: each chunk's translations come out before the next line is even sent."""
     import queue

@@ -125,7 +125,7 @@ def test_fresh_process_loads_with_both_loaders_and_matches(tiny_run, tiny_export
 @pytest.mark.slow
 def test_bfloat16_export_loads_in_a_fresh_process_and_translates(tiny_run, tmp_path):
     """``--dtype bfloat16``: bfloat16 variables in the SavedModel; both loaders run it."""
-    output = export_cli(tiny_run, tmp_path / "tiny_bf16" / "1", "--dtype", "bfloat16")
+    output = export_cli(tiny_run, tmp_path / "tiny_bf16" / "1", "--dtype", "bfloat16", "--max_source_length", "512")
     prefix = str(output / "variables" / "variables")
     values = [tf.train.load_variable(prefix, name) for name, _ in tf.train.list_variables(prefix)]
     float_dtypes = {v.dtype.name for v in values if isinstance(v, np.ndarray) and v.dtype.kind in "fV"}
@@ -146,7 +146,7 @@ def test_bfloat16_export_loads_in_a_fresh_process_and_translates(tiny_run, tmp_p
 @pytest.mark.slow
 def test_export_with_streams_translates_as_in_process(tiny_run, tmp_path):
     """A graph traced with two streams, saved and loaded: the in-process translations (7 sentences: 4 + 3)."""
-    output = export_cli(tiny_run, tmp_path / "tiny_en_de" / "1", "--streams", "2")
+    output = export_cli(tiny_run, tmp_path / "tiny_en_de" / "1", "--streams", "2", "--max_source_length", "512")
     translated = subprocess.run(
         [str(BIN / "tft-translate"), "--model", str(output), "--scores"]
         + ["--intra_op_threads", "1", "--inter_op_threads", "2"],
