@@ -20,10 +20,12 @@ RANKS = {
     "pipelines": 1,
     "tf_transformer.masks": 1,
     "tf_transformer.flops": 1,
+    "tf_transformer.attention_figures": 1,  # matplotlib only
     "tf_transformer.layers": 2,
     "tf_transformer.model": 3,
     "tf_transformer.run_dir": 4,
     "tf_transformer.evaluation": 4,
+    "tf_transformer.attention_maps": 4,  # a model's weights for one translation: training and inference draw them
     "tf_transformer.inference": 5,
     "tf_transformer.training": 5,
     "tf_transformer.serving": 6,

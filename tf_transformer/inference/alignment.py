@@ -2,10 +2,10 @@
 
 The attention of one decoder layer, heads averaged, says which source pieces each
 target piece attended to. Alignments are between words, so pieces are merged
-first: a SentencePiece piece that starts with "▁" starts a word. On the attended
-(source) side a word's weight is the sum of its pieces' (the attention a word
-receives), on the attending (target) side the mean of its pieces' rows (each
-piece of the word votes equally). Each target word is then aligned to the source
+first as :mod:`tf_transformer.attention_maps` states: a SentencePiece piece that
+starts with "▁" starts a word; on the attended (source) side a word's weight is
+the sum of its pieces' (the attention a word receives), on the attending (target)
+side the mean of its pieces' rows (each piece of the word votes equally). Each target word is then aligned to the source
 word it attends to most (argmax), as fairseq's ``--print-alignment`` does with
 its attention.
 """
@@ -17,9 +17,17 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
+from tf_transformer.attention_maps import WORD_START, merge_pieces, word_index
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
 
-WORD_START = "\u2581"  # SentencePiece's "▁": the piece begins a word
+__all__ = [
+    "format_alignment",
+    "graph_word_alignment",
+    "hypothesis_attention",
+    "merge_pieces",
+    "word_alignment",
+    "word_index",
+]
 
 
 def hypothesis_attention(model, source_ids, target_ids, layer: int):
@@ -70,36 +78,6 @@ def graph_word_alignment(attention, source_ids, target_ids, source_pieces, targe
     pairs = tf.strings.join([tf.strings.as_string(best), tf.strings.as_string(target_index)], "-")
     keep = tf.range(width)[None, :] < target_count[:, None]  # [batch, words]
     return tf.strings.reduce_join(tf.ragged.boolean_mask(pairs, keep), axis=1, separator=" ")
-
-
-def word_index(pieces: Sequence[str]) -> np.ndarray:
-    """The word each piece belongs to: ``int[pieces]``, counting from 0.
-
-    A piece that starts with "▁" starts a new word; the first piece starts one whatever it holds.
-    """
-    starts = np.array([i == 0 or piece.startswith(WORD_START) for i, piece in enumerate(pieces)], bool)
-    return np.cumsum(starts) - 1
-
-
-def merge_pieces(attention: np.ndarray, source_pieces: Sequence[str], target_pieces: Sequence[str]) -> np.ndarray:
-    """``[target pieces, source pieces]`` attention → ``[target words, source words]``.
-
-    Summed over a source word's pieces, averaged over a target word's pieces
-    (see the module). Rows that summed to 1 over the pieces still do over the words.
-    """
-    attention = np.asarray(attention, np.float64)
-    if attention.shape != (len(target_pieces), len(source_pieces)):
-        raise ValueError(
-            f"attention of shape {attention.shape} does not match {len(target_pieces)} target and "
-            f"{len(source_pieces)} source pieces"
-        )
-    source_words, target_words = word_index(source_pieces), word_index(target_pieces)
-    summed = np.zeros([len(target_pieces), source_words[-1] + 1 if len(source_pieces) else 0])
-    np.add.at(summed.T, source_words, attention.T)  # [target pieces, source words]
-    merged = np.zeros([target_words[-1] + 1 if len(target_pieces) else 0, summed.shape[1]])
-    np.add.at(merged, target_words, summed)
-    counts = np.bincount(target_words, minlength=merged.shape[0])[:, None]  # pieces per target word
-    return merged / np.maximum(counts, 1)
 
 
 def word_alignment(
