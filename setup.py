@@ -14,6 +14,8 @@ INSTALL_REQUIRES = [
     "sacrebleu==2.6.0",
     "absl-py>=2.1",
     "numpy>=1.26,<3",
+    # Attention figures (tft-attention) and TensorBoard's attention images during training.
+    "matplotlib==3.11.2",
 ]
 
 EXTRAS_REQUIRE = {
@@ -43,6 +45,7 @@ setup(
             "tft-translate=tf_transformer.cli.translate:run",
             "tft-serve=tf_transformer.cli.serve:run",
             "tft-evaluate=tf_transformer.cli.evaluate:run",
+            "tft-attention=tf_transformer.cli.attention:run",
         ]
     },
     license="Apache-2.0",

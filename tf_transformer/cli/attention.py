@@ -1,0 +1,142 @@
+"""``tft-attention``: translate sentences and draw what the attention heads attend to (figures 3–5).
+
+    tft-attention --model_dir runs/multi30k_en_de --sentence "A dog runs on the beach ." --output figures/
+    tft-attention --model_dir runs/multi30k_en_de --input sentences.txt --output figures/ --words --layer 1
+    tft-attention --model saved_models/multi30k_en_de/1 --sentence "A dog runs." --output figures/
+
+Each sentence gets a directory ``sentence_N`` (N from 1) holding PNG figures and
+``attention.json`` (the translation, the tokens, which layer, token and heads the
+paper-style figures show). With ``--model_dir`` every layer and head is drawn;
+an export holds only what its ``translate_with_alignment`` signature returns
+(one decoder layer's encoder–decoder attention, heads averaged).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from absl import app, flags
+
+from tf_transformer.cli import run_main
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string(
+    "model_dir", None, "A training run directory: every layer and head (its averaged or newest checkpoint)."
+)
+flags.DEFINE_string("checkpoint", None, "With --model_dir: this checkpoint prefix instead of the default one.")
+flags.DEFINE_string("model", None, "Or an export's version directory: its translate_with_alignment signature only.")
+flags.DEFINE_string("sentence", None, "One source sentence.")
+flags.DEFINE_string("input", None, "Or a file of source sentences, one a line.")
+flags.DEFINE_string("output", None, "Directory the figures go to (made if missing).")
+flags.DEFINE_integer(
+    "layer",
+    None,
+    "Encoder layer (from 0) of the paper-style figures 3-5 (default: the penultimate, as the paper's "
+    "layer 5 of 6). The heatmaps show every layer.",
+    lower_bound=0,
+)
+flags.DEFINE_string(
+    "token",
+    None,
+    "The token figures 3-4 follow, in every sentence: its index or its text (default: the word whose attention "
+    "reaches farthest).",
+)
+flags.DEFINE_list("heads", None, "The two heads of figure 4, e.g. 4,5 (default: the two sharpest from the token).")
+flags.DEFINE_bool(
+    "words", False, "Merge pieces into words: keys summed over a word's pieces, queries averaged (said in each title)."
+)
+flags.DEFINE_integer("beam_size", None, "With --model_dir: beam size (default: the config's).", lower_bound=1)
+flags.DEFINE_float("alpha", None, "With --model_dir: length penalty α (default: the config's).")
+flags.DEFINE_integer("max_sentences", 20, "Refuse inputs of more sentences (each gets a dozen figures).", lower_bound=1)
+
+
+def _sentences() -> list[str]:
+    from pipelines import read_lines
+
+    if bool(FLAGS.sentence) == bool(FLAGS.input):
+        raise app.UsageError("Give exactly one of --sentence or --input")
+    if FLAGS.sentence:
+        return [FLAGS.sentence]
+    lines = list(read_lines(FLAGS.input))
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            raise app.UsageError(f"--input {FLAGS.input}:{number}: an empty line has no attention to draw")
+    if not lines:
+        raise app.UsageError(f"--input {FLAGS.input}: no sentences")
+    if len(lines) > FLAGS.max_sentences:
+        raise app.UsageError(
+            f"--input {FLAGS.input}: {len(lines)} sentences, more than --max_sentences {FLAGS.max_sentences}"
+        )
+    return lines
+
+
+def _heads() -> tuple[int, int] | None:
+    if FLAGS.heads is None:
+        return None
+    if len(FLAGS.heads) != 2 or not all(head.isdigit() for head in FLAGS.heads):
+        raise app.UsageError(f"--heads {','.join(FLAGS.heads)}: give two head numbers, e.g. --heads 4,5")
+    return int(FLAGS.heads[0]), int(FLAGS.heads[1])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    if bool(FLAGS.model) == bool(FLAGS.model_dir):
+        raise app.UsageError("Give exactly one of --model_dir (a training run) or --model (an export)")
+    if not FLAGS.output:
+        raise app.UsageError("--output DIR is required")
+    if FLAGS.model and any(
+        value is not None
+        for value in (FLAGS.checkpoint, FLAGS.layer, FLAGS.token, FLAGS.heads, FLAGS.beam_size, FLAGS.alpha)
+    ):
+        raise app.UsageError(
+            "--checkpoint, --layer, --token, --heads, --beam_size and --alpha need --model_dir: an export holds "
+            "one layer's attention, heads averaged, with its search fixed at export"
+        )
+    if FLAGS.model and not os.path.exists(os.path.join(FLAGS.model, "saved_model.pb")):
+        raise app.UsageError(f"--model {FLAGS.model}: no saved_model.pb there (give an export's version directory)")
+    if FLAGS.model_dir and not os.path.exists(os.path.join(FLAGS.model_dir, "config.json")):
+        raise app.UsageError(f"--model_dir {FLAGS.model_dir}: no config.json there (give a tft-train run directory)")
+    sentences = _sentences()
+    heads = _heads()
+    from tf_transformer.inference import attention_report as report
+
+    try:
+        if FLAGS.model:
+            layer, results = report.export_attention(FLAGS.model, sentences)
+            drawn = []
+            for number, result in enumerate(results, start=1):
+                directory = os.path.join(FLAGS.output, f"sentence_{number}")
+                info = report.write_export_figure(result, layer, directory, words=FLAGS.words)
+                drawn.append((directory, result["source"], result["translation"], info))
+        else:
+            from tf_transformer.run_dir import load_run
+
+            config, _ = load_run(FLAGS.model_dir)
+            layer = report.penultimate(config.num_layers) if FLAGS.layer is None else FLAGS.layer
+            if layer >= config.num_layers:
+                raise ValueError(f"--layer {layer}: the model has layers 0 to {config.num_layers - 1}")
+            results = report.run_attention(FLAGS.model_dir, sentences, FLAGS.checkpoint, FLAGS.beam_size, FLAGS.alpha)
+            drawn = []
+            for number, (source, translation, maps) in enumerate(results, start=1):
+                directory = os.path.join(FLAGS.output, f"sentence_{number}")
+                maps = maps.words() if FLAGS.words else maps
+                info = report.write_figures(maps, directory, layer, FLAGS.token, heads)
+                drawn.append((directory, source, translation, info))
+    except (ValueError, FileNotFoundError) as error:
+        raise app.UsageError(str(error)) from None
+    for directory, source, translation, info in drawn:
+        with open(os.path.join(directory, "attention.json"), "w", encoding="utf-8") as handle:
+            json.dump({"source": source, "translation": translation, **info}, handle, indent=2, ensure_ascii=False)
+        print(f"{directory}: {len(info['figures'])} figures · {translation}", file=sys.stderr)
+    print(json.dumps({"output": FLAGS.output, "sentences": len(drawn)}))
+
+
+def run():
+    run_main(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,245 @@
+"""What ``tft-attention`` writes: a sentence's translation and figures of its attention.
+
+From a training run (:func:`run_attention`): beam search translates each sentence,
+a teacher-forced pass over the best hypothesis keeps every layer's weights
+(:func:`~tf_transformer.attention_maps.attention_maps`), and
+:func:`write_figures` draws them: a grid of heads for every layer of the three
+kinds of attention, and figures 3–5 of the paper (encoder self-attention, one
+layer, one token).
+
+From an export (:func:`export_attention`) only what the
+``translate_with_alignment`` signature returns can be drawn: one decoder layer's
+encoder–decoder attention, heads averaged, and its word alignment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from tf_transformer.attention_figures import head_grid, save_png, token_lines, two_heads
+from tf_transformer.attention_maps import KINDS, SPECIAL, AttentionMaps, merge_pieces, words_of
+from tf_transformer.constants import EOS_ID, PAD_ID
+
+UNITS_NOTE = {
+    "pieces": "SentencePiece pieces",
+    "words": "words: a word's pieces summed as keys, averaged as queries",
+}
+AXES = {
+    "encoder": ("source token attending", "source token attended to"),
+    "decoder": ("target token being predicted", "decoder input attended to (<s> first)"),
+    "cross": ("target token being predicted", "source token attended to"),
+}
+
+
+def penultimate(num_layers: int) -> int:
+    """The default layer of the paper-style figures, from 0: figures 3–5 show layer 5 of 6."""
+    return max(num_layers - 2, 0)
+
+
+def farthest_token(weights: np.ndarray, tokens: Sequence[str]) -> int:
+    """The token whose attention, heads averaged, reaches farthest on average (``weights [heads, n, n]``).
+
+    Figure 3 picks a token with a long-distance dependency; this finds one without
+    knowing the language. Only tokens with a letter are candidates (not ``</s>``
+    or punctuation) while the sentence has any.
+    """
+    mean = np.asarray(weights, np.float64).mean(axis=0)  # [n, n]
+    n = mean.shape[0]
+    distance = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])  # [n, n]
+    reach = (mean * distance).sum(axis=1)  # [n]: expected distance attended over
+    wordlike = np.array([token not in SPECIAL and any(c.isalpha() for c in token) for token in tokens])
+    return int(np.argmax(np.where(wordlike, reach, -1.0))) if wordlike.any() else 0
+
+
+def sharpest_heads(weights: np.ndarray, query: int) -> tuple[int, int]:
+    """The two heads that attend most sharply from ``query`` (highest largest weight), for figures 4–5."""
+    peaks = np.asarray(weights)[:, query, :].max(axis=1)  # [heads]
+    order = np.argsort(-peaks, kind="stable")
+    return (int(order[0]), int(order[1] if len(order) > 1 else order[0]))
+
+
+def find_token(tokens: Sequence[str], token: str) -> int:
+    """``token`` as an index into ``tokens``: a number, or a token's text (its first occurrence, "▁" ignored)."""
+    if token.lstrip("-").isdigit():
+        index = int(token)
+        if not -len(tokens) <= index < len(tokens):
+            raise ValueError(f"--token {token}: the sentence has {len(tokens)} tokens (0 to {len(tokens) - 1})")
+        return index % len(tokens)
+    plain = [candidate.replace("\u2581", "") for candidate in tokens]
+    if token.replace("\u2581", "") in plain:
+        return plain.index(token.replace("\u2581", ""))
+    raise ValueError(f"--token {token!r} is not in the sentence; its tokens are {' '.join(tokens)}")
+
+
+def write_figures(
+    maps: AttentionMaps,
+    output: str,
+    layer: int,
+    token: str | None = None,
+    heads: tuple[int, int] | None = None,
+) -> dict:
+    """Draws ``maps`` into ``output`` (a directory, made if missing); returns what was drawn.
+
+    Writes ``{encoder,decoder,cross}_layer{L}.png`` for every layer (L from 1, as
+    the paper counts), ``figure3_layer{L}.png`` (what one token attends to in every
+    head of the encoder's layer ``layer``, from 0) and ``figure4_layer{L}.png`` (two
+    heads in full, then that token's attention in both). ``token``: which token
+    (index or text; default :func:`farthest_token`); ``heads``: which two (default
+    :func:`sharpest_heads`).
+    """
+    num_layers = maps.encoder.shape[0]
+    if not 0 <= layer < num_layers:
+        raise ValueError(f"--layer {layer}: the model has layers 0 to {num_layers - 1}")
+    num_heads = maps.encoder.shape[1]
+    if heads is not None and not all(0 <= head < num_heads for head in heads):
+        raise ValueError(f"--heads {heads}: the model has heads 0 to {num_heads - 1}")
+    os.makedirs(output, exist_ok=True)
+    unit = UNITS_NOTE[maps.unit]
+    files = []
+    for kind, name in KINDS.items():
+        weights, queries, keys = maps.kind(kind)
+        rows, columns = AXES[kind]
+        for index in range(num_layers):
+            path = os.path.join(output, f"{kind}_layer{index + 1}.png")
+            title = f"{name}, layer {index + 1} of {num_layers} ({unit})\nrows: {rows}; columns: {columns}"
+            save_png(head_grid(weights[index], queries, keys, title), path)
+            files.append(path)
+
+    weights = maps.encoder[layer]  # [heads, source, source]
+    query = farthest_token(weights, maps.source) if token is None else find_token(maps.source, token)
+    heads = heads or sharpest_heads(weights, query)
+    where = f"encoder self-attention, layer {layer + 1} of {num_layers} ({unit})"
+    figure3 = os.path.join(output, f"figure3_layer{layer + 1}.png")
+    save_png(token_lines(weights, maps.source, maps.source, query, f"'{maps.source[query]}': {where}"), figure3)
+    figure4 = os.path.join(output, f"figure4_layer{layer + 1}.png")
+    save_png(two_heads(weights, maps.source, maps.source, heads, query, where), figure4)
+    files += [figure3, figure4]
+    return {
+        "layer": layer,
+        "token": query,
+        "token_text": maps.source[query],
+        "heads": list(heads),
+        "unit": maps.unit,
+        "source_tokens": maps.source,
+        "target_tokens": maps.target,
+        "figures": [os.path.basename(path) for path in files],
+    }
+
+
+def run_attention(
+    model_dir: str,
+    sentences: Sequence[str],
+    checkpoint: str | None = None,
+    beam_size: int | None = None,
+    alpha: float | None = None,
+) -> list[tuple[str, str, AttentionMaps]]:
+    """``(source, translation, maps)`` for each sentence with a run's checkpoint (beam search, then every weight)."""
+    import tensorflow as tf
+
+    from pipelines import Tokenizer
+    from tf_transformer.attention_maps import attention_maps
+    from tf_transformer.inference.translator import Translator
+    from tf_transformer.run_dir import restore_model, vocabulary_path
+
+    model, config = restore_model(model_dir, checkpoint)
+    tokenizer = Tokenizer(vocabulary_path(model_dir))
+    translator = Translator(
+        model,
+        tokenizer,
+        beam_size=beam_size or config.beam_size,
+        alpha=config.length_penalty if alpha is None else alpha,
+        extra_length=config.extra_decode_length,
+    )
+    piece = tokenizer.python_processor().id_to_piece
+    results = []
+    for sentence in sentences:
+        source = translator.encode_strings(tf.constant([sentence]))  # [1, src_len]
+        ids, _, _ = translator.search(source)  # [1, beam, out_len]
+        best = ids[0, 0].numpy()
+        target = best[: _length(best)]  # up to and with EOS
+        text = tokenizer.detokenize(tf.constant([target])).numpy()[0].decode("utf-8")
+        results.append((sentence, text, attention_maps(model, source[0].numpy(), target, piece)))
+    return results
+
+
+def _length(ids: np.ndarray) -> int:
+    """Tokens up to and with the first EOS (all real tokens where a search stopped at its length limit)."""
+    ends = np.flatnonzero(ids == EOS_ID)
+    return int(ends[0]) + 1 if len(ends) else int(np.count_nonzero(ids != PAD_ID))
+
+
+def export_attention(model_path: str, sentences: Sequence[str]) -> tuple[int, list[dict]]:
+    """The export's ``translate_with_alignment`` outputs per sentence, with the tokens of both sides.
+
+    Returns ``(layer, results)``: the decoder layer the export aligns with (from 0)
+    and, per sentence, its ``source``, ``translation``, ``alignment`` (``"i-j …"``),
+    ``source_tokens``, ``target_tokens`` and ``attention [target, source]``. The
+    signature returns no ids, so the translation is tokenized again with the
+    export's ``assets/sp.model`` (SentencePiece gives back the pieces it decoded).
+    """
+    import sentencepiece as spm
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+    from tf_transformer.inference.export import EXPORT_INFO
+
+    with open(os.path.join(model_path, EXPORT_INFO), encoding="utf-8") as handle:
+        info = json.load(handle)
+    if "translate_with_alignment" not in info.get("signatures", []):
+        raise ValueError(
+            f"{model_path} has no translate_with_alignment signature: export it again (tft-export adds it by default), "
+            "or give --model_dir for every layer and head"
+        )
+    signature = tf.saved_model.load(model_path).signatures["translate_with_alignment"]
+    processor = spm.SentencePieceProcessor(model_file=os.path.join(model_path, "assets", "sp.model"))
+    results = []
+    for sentence in sentences:
+        outputs = signature(inputs=tf.constant([sentence]))
+        translation = outputs["translations"].numpy()[0].decode("utf-8")
+        source = [*processor.encode(sentence.strip(), out_type=str), "</s>"]
+        target = [*processor.encode(translation, out_type=str), "</s>"]
+        attention = outputs["attention"].numpy()[0]  # [out_len, src_len], padded
+        if attention.shape[0] < len(target) or attention.shape[1] < len(source):
+            raise ValueError(
+                f"{model_path}: the attention returned for {sentence!r} ({attention.shape}) is smaller than its "
+                f"{len(target)} target and {len(source)} source tokens"
+            )
+        results.append(
+            {
+                "source": sentence,
+                "translation": translation,
+                "alignment": outputs["alignments"].numpy()[0].decode("utf-8"),
+                "source_tokens": source,
+                "target_tokens": target,
+                "attention": attention[: len(target), : len(source)],
+            }
+        )
+    return info["alignment_layer"], results
+
+
+def write_export_figure(result: dict, layer: int, output: str, words: bool = False) -> dict:
+    """Draws one :func:`export_attention` result: ``cross_layer{L}_mean.png``, heads averaged."""
+    os.makedirs(output, exist_ok=True)
+    source, target, attention = result["source_tokens"], result["target_tokens"], result["attention"]
+    unit = "pieces"
+    if words:
+        attention = merge_pieces(attention, source, target)
+        source, target, unit = words_of(source), words_of(target), "words"
+    path = os.path.join(output, f"cross_layer{layer + 1}_mean.png")
+    title = (
+        f"encoder-decoder attention, layer {layer + 1}, heads averaged ({UNITS_NOTE[unit]})\n"
+        f"rows: {AXES['cross'][0]}; columns: {AXES['cross'][1]}; alignment {result['alignment']}"
+    )
+    save_png(head_grid(attention[None], target, source, title, panel_titles=["heads averaged"]), path)
+    return {
+        "layer": layer,
+        "unit": unit,
+        "alignment": result["alignment"],
+        "source_tokens": source,
+        "target_tokens": target,
+        "figures": [os.path.basename(path)],
+    }
