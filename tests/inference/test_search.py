@@ -74,6 +74,17 @@ def test_greedy_search_equals_the_uncached_reference(max_length):
     assert (ends + 1 <= (source != PAD_ID).sum(axis=1) + 8).all()
 
 
+def test_greedy_search_of_one_sentence_traced_alone():
+    """A batch of one with its shape known when traced (TensorBoard's attention images) translates as in a batch."""
+    model = build_transformer(get_config("tiny"))
+    source = np.array([[7, 8, 9, EOS_ID], [10, 11, EOS_ID, 0]], "int32")
+    batch = np.asarray(greedy_search(model, source, extra_length=6))
+    for row in range(2):
+        real = source[row : row + 1, : int((source[row] != PAD_ID).sum())]  # [1, its length]: no padding
+        alone = np.asarray(tf.function(lambda x: greedy_search(model, x, extra_length=6))(real))[0]
+        np.testing.assert_array_equal(alone, batch[row, : len(alone)])
+
+
 # A hand-set probability table. Tokens: 0 pad, 1 unk, 2 BOS, 3 EOS, 4 "a", 5 "b".
 # The next-token distribution depends only on the previous token:
 #   after BOS: a 0.5, b 0.4, EOS 0.1

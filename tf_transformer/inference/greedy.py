@@ -60,7 +60,9 @@ def greedy_search(model, inputs, extra_length: int = 50, max_length: int | None 
 
     def body(step, token, tokens, finished, cache):
         logits, cache = decoding.step(token, cache, constants, memory_mask, step)  # [batch, vocab]
-        token = choose(logits, step, finished)
+        chosen = choose(logits, step, finished)
+        chosen.set_shape(token.shape)  # the batch as known on entry (1 for one sentence traced alone)
+        token = chosen
         return step + 1, token, write(tokens, step, token), finished | (token == EOS_ID), cache
 
     _, _, tokens, _, _ = tf.while_loop(
