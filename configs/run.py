@@ -37,6 +37,7 @@ class RunOptions:
     vocab_size: int | None = None
     vocab_model_type: str = "bpe"
     dev_bleu_sentences: int = 100
+    attention_images: int = 3  # of the dev BLEU sentences: their attention drawn in TensorBoard each epoch
     log_every: int = 50
     max_minutes: float | None = None
     budget_start: float | None = None  # time.perf_counter() at which max_minutes starts (default: the first step)

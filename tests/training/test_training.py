@@ -290,13 +290,23 @@ def test_train_writes_a_complete_model_dir_and_tensorboard(tmp_path, train_corpu
         "ckpt-6",
     ]  # every 2 steps and at epoch ends (3 steps)
     assert "val_loss" in summary["history"] and summary["dev_bleu"] is not None
-    tags = set()
+    tags, images = set(), {}
     for event_file in (run / "logs").rglob("events.out.tfevents.*"):
         for record in tf.data.TFRecordDataset(str(event_file)):
             event = tf.compat.v1.Event.FromString(record.numpy())
             tags.update(value.tag for value in event.summary.value)
+            images.update(
+                (value.tag, (event.step, value.tensor.string_val[2]))
+                for value in event.summary.value
+                if value.metadata.plugin_data.plugin_name == "images"
+            )
     for tag in ("learning_rate", "target_tokens_per_second", "bleu", "sample_translations", "epoch_loss"):
         assert tag in tags, tags
+    # Each epoch, the attention of the first 3 dev sentences: encoder-decoder per layer, encoder layer 1 of 2.
+    names = [f"attention/{kind}/sentence_{n}" for kind in ("encoder_decoder", "encoder_self_layer1") for n in (1, 2, 3)]
+    assert sorted(images) == sorted(names)
+    for step, png in images.values():
+        assert step == 6 and tf.io.decode_png(png).shape[2] == 4  # the last epoch's, a whole RGBA PNG
     model, _ = restore_model(str(run))
     assert model.count_params() == summary["params"]
     # Every weight comes from the checkpoint: two fresh restores agree exactly

@@ -47,6 +47,12 @@ flags.DEFINE_integer("seed", 1, "Random seed (data order and initialization).")
 flags.DEFINE_integer("vocab_size", None, "Shared SentencePiece vocabulary size (default: the preset's).")
 flags.DEFINE_enum("vocab_model_type", "bpe", ["bpe", "unigram"], "SentencePiece model type.")
 flags.DEFINE_integer("dev_bleu_sentences", 100, "Dev sentences translated for BLEU each epoch (0: none).")
+flags.DEFINE_integer(
+    "attention_images",
+    3,
+    "Of those, the first N get their attention drawn as TensorBoard images each epoch (0: none).",
+    lower_bound=0,
+)
 flags.DEFINE_float("max_minutes", None, "Stop after this many minutes of training (a time budget).")
 flags.DEFINE_string(
     "init_from",
@@ -114,6 +120,7 @@ def main(argv):
         vocab_size=FLAGS.vocab_size,
         vocab_model_type=FLAGS.vocab_model_type,
         dev_bleu_sentences=FLAGS.dev_bleu_sentences,
+        attention_images=FLAGS.attention_images,
         max_minutes=FLAGS.max_minutes,
         init_from=FLAGS.init_from,
         worker_timeout=FLAGS.worker_timeout,

@@ -12,6 +12,7 @@ import tensorflow as tf
 from absl import logging
 
 from tf_transformer import run_dir
+from tf_transformer.attention_figures import head_grid, png_bytes
 from tf_transformer.training.optimizers import current_learning_rate, micro_batches_done
 
 
@@ -232,14 +233,30 @@ class ProgressLogger(keras.callbacks.Callback):
 
 class TrainingMonitor(keras.callbacks.Callback):
     """TensorBoard scalars per step (learning rate, target tokens/s) and, per epoch,
-    validation BLEU on a dev subset and a few sample translations as text.
+    validation BLEU on a dev subset, a few sample translations as text and images
+    of their attention.
 
     ``translate`` maps a list of source strings to hypotheses; BLEU is sacreBLEU
-    on detokenized, cased text.
+    on detokenized, cased text. ``attention`` maps a list of source strings to their
+    :class:`~tf_transformer.attention_maps.AttentionMaps` (``setup.attention_fn``):
+    the first ``attention_images`` dev sentences are drawn each epoch, their
+    encoder–decoder attention per layer (heads averaged) and the encoder
+    self-attention of the penultimate layer per head, which the paper's figures 3–5 show.
     """
 
-    def __init__(self, log_dir: str, every_steps: int = 50, dev_sources=(), dev_references=(), translate=None):
+    def __init__(
+        self,
+        log_dir: str,
+        every_steps: int = 50,
+        dev_sources=(),
+        dev_references=(),
+        translate=None,
+        attention=None,
+        attention_images: int = 3,
+    ):
         super().__init__()
+        self.attention = attention
+        self.attention_images = attention_images
         self.train_writer = tf.summary.create_file_writer(f"{log_dir}/train")
         self.validation_writer = tf.summary.create_file_writer(f"{log_dir}/validation")
         self.every_steps = every_steps
@@ -292,6 +309,33 @@ class TrainingMonitor(keras.callbacks.Callback):
             tf.summary.scalar("bleu", bleu.score)
             tf.summary.text("sample_translations", samples)
         logging.info("epoch %d step %d: dev-subset BLEU %.2f", epoch + 1, step, bleu.score)
+        if self.attention is not None and self.attention_images:
+            self._attention_images(step)
+
+    def _attention_images(self, step: int) -> None:
+        """Images of the attention of the first ``attention_images`` dev sentences (see the class)."""
+        sentences = self.dev_sources[: self.attention_images]
+        for number, maps in enumerate(self.attention(sentences), start=1):
+            layers = maps.cross.shape[0]
+            layer = max(layers - 2, 0)  # the paper's figures show layer 5 of 6
+            cross = head_grid(
+                maps.cross.mean(axis=1),  # [layers, target, source]: heads averaged
+                maps.target,
+                maps.source,
+                f"encoder-decoder attention, heads averaged (rows: target token predicted)\n{sentences[number - 1]}",
+                columns=layers,
+                panel_titles=[f"layer {index + 1}" for index in range(layers)],
+            )
+            encoder = head_grid(
+                maps.encoder[layer],  # [heads, source, source]
+                maps.source,
+                maps.source,
+                f"encoder self-attention, layer {layer + 1} of {layers}\n{sentences[number - 1]}",
+            )
+            with self.validation_writer.as_default(step=step):
+                for name, figure in (("encoder_decoder", cross), (f"encoder_self_layer{layer + 1}", encoder)):
+                    image = tf.io.decode_png(png_bytes(figure), channels=4)[None]  # [1, height, width, 4]
+                    tf.summary.image(f"attention/{name}/sentence_{number}", image)
 
 
 class TargetTokens(keras.metrics.Metric):

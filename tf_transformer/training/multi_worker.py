@@ -57,6 +57,8 @@ from tf_transformer.training.losses import TokenPerplexity
 from tf_transformer.training.optimizers import micro_batches_done
 from tf_transformer.training.setup import (
     OptionError,
+    attention_fn,
+    check_model_dir,
     compile_model,
     dev_data,
     initialize_from,
@@ -264,6 +266,8 @@ def _train(config, options, model_dir, strategy, cluster) -> dict:
         dev_sources=dev_sources,
         dev_references=dev_references,
         translate=translate_fn(model, tokenizer, config.extra_decode_length) if dev_sources else None,
+        attention=attention_fn(model, tokenizer, config.extra_decode_length) if dev_sources else None,
+        attention_images=options.attention_images,
     )
     callbacks = [position, checkpointer, StopAtStep(train_steps), monitor]
     if options.verbose and cluster.is_chief:

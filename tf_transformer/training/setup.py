@@ -12,11 +12,14 @@ import math
 import os
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 import pipelines
 from configs import RunOptions, TransformerConfig
 from tf_transformer import run_dir
+from tf_transformer.attention_maps import AttentionMaps, attention_maps
+from tf_transformer.constants import EOS_ID, PAD_ID
 from tf_transformer.inference import IncrementalDecoder, greedy_search
 from tf_transformer.training.callbacks import TargetTokens
 from tf_transformer.training.losses import LabelSmoothedCrossEntropy, TokenAccuracy, TokenPerplexity
@@ -66,15 +69,20 @@ def compile_model(model, config: TransformerConfig, accumulate_steps: int = 1, j
     return model
 
 
+def _greedy(model, extra_length: int):
+    """``ids int32[batch, src_len] → int32[batch, out_len]`` by greedy search over the decoding cache."""
+    decoding = IncrementalDecoder(model)
+    return tf.function(
+        lambda ids: greedy_search(model, ids, extra_length=extra_length, decoding=decoding), reduce_retracing=True
+    )
+
+
 def translate_fn(model, tokenizer, extra_length: int = 50, batch_tokens: int = 4096):
     """A function translating a list of strings by greedy search (dev BLEU during training).
 
     Greedy search over the decoding cache, so dev BLEU each epoch costs seconds.
     """
-    decoding = IncrementalDecoder(model)
-    decode = tf.function(
-        lambda ids: greedy_search(model, ids, extra_length=extra_length, decoding=decoding), reduce_retracing=True
-    )
+    decode = _greedy(model, extra_length)
 
     def translate(sources: list[str]) -> list[str]:
         batches = list(pipelines.evaluation_dataset(sources, tokenizer, tokens_per_batch=batch_tokens))
@@ -83,6 +91,29 @@ def translate_fn(model, tokenizer, extra_length: int = 50, batch_tokens: int = 4
         return [text.decode("utf-8") for text in restored]
 
     return translate
+
+
+def attention_fn(model, tokenizer, extra_length: int = 50):
+    """A function from a list of strings to their :class:`~tf_transformer.attention_maps.AttentionMaps`.
+
+    Each sentence is translated greedily, as dev BLEU is, then the model runs
+    teacher-forced over its translation and keeps every layer's attention (the
+    TensorBoard images of :class:`~tf_transformer.training.callbacks.TrainingMonitor`).
+    """
+    decode = _greedy(model, extra_length)
+    processor = tokenizer.python_processor()  # the ids of the graph's tokenizer, and their pieces
+
+    def maps(sources: list[str]) -> list[AttentionMaps]:
+        found = []
+        for source in sources:
+            ids = [*processor.encode(source.strip()), EOS_ID]
+            output = decode(tf.constant([ids], tf.int32))[0].numpy()
+            ends = np.flatnonzero(output == EOS_ID)
+            target = output[: ends[0] + 1] if len(ends) else output[output != PAD_ID]
+            found.append(attention_maps(model, ids, target, processor.id_to_piece))
+        return found
+
+    return maps
 
 
 def training_data(

@@ -36,6 +36,7 @@ from tf_transformer.training.callbacks import (
 from tf_transformer.training.multi_worker import train_multi_worker
 from tf_transformer.training.optimizers import micro_batches_done
 from tf_transformer.training.setup import (
+    attention_fn,
     check_jit_compile,
     check_model_dir,
     compile_model,
@@ -111,6 +112,8 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dic
         dev_sources=dev_sources,
         dev_references=dev_references,
         translate=translate_fn(model, tokenizer, config.extra_decode_length) if dev_sources else None,
+        attention=attention_fn(model, tokenizer, config.extra_decode_length) if dev_sources else None,
+        attention_images=options.attention_images,
     )
     train_steps = update_count(total_micro, accumulate)
     checkpointer = StepCheckpoint(manager, options.checkpoint_every, accumulate)
