@@ -6,8 +6,11 @@ Runs ``tft-train`` in four layouts on the same data, seed and global batches:
 one process on one device, one process with MirroredStrategy over 2 logical CPU
 devices, 2 worker processes of one device each on 127.0.0.1, and (the baseline
 again) one process. Each layout trains ``--warmup`` steps, then resumes to
-``--warmup + --steps``; the second run's training time over the tokens of those
-steps gives its throughput, without start-up and graph tracing. What this
+``--warmup + --steps`` in a new process; the tokens of those steps over the second
+run's ``train_seconds`` give its throughput. That time runs from the start of
+``fit`` (or of the workers' loop) to its end: it leaves out process start, model
+building and the restore, but holds the second run's tracing of the train step,
+its input pipeline's start and its last checkpoint. What this
 measures is the cost of the distribution machinery on one CPU: every layout
 shares the same cores, so a speed-up is not possible here and real multi-GPU or
 multi-machine speed cannot be measured. The last line printed is one JSON object.
@@ -34,7 +37,7 @@ flags.DEFINE_string("src", "en", "Source language code.")
 flags.DEFINE_string("tgt", "de", "Target language code.")
 flags.DEFINE_string("config", "small", "Model preset.")
 flags.DEFINE_integer("tokens", 4096, "Global token budget per batch and side.")
-flags.DEFINE_integer("warmup", 5, "Steps trained (and traced) before the measured ones.")
+flags.DEFINE_integer("warmup", 5, "Steps a first run trains (making the vocabulary and data cache).")
 flags.DEFINE_integer("steps", 30, "Steps measured.")
 
 BIN = pathlib.Path(sys.executable).parent

@@ -42,5 +42,5 @@ class RunOptions:
     max_minutes: float | None = None
     budget_start: float | None = None  # time.perf_counter() at which max_minutes starts (default: the first step)
     init_from: str | None = None  # a run directory or checkpoint whose weights start a new run (fine-tuning)
-    worker_timeout: float = 600.0  # multi_worker: seconds a worker waits for the others before stopping with an error
+    worker_timeout: float = 600.0  # multi_worker: seconds a worker waits for the chief's vocabulary and config.json
     verbose: int | str = "auto"  # 0: no progress lines; anything else: one per epoch (and a minute)

@@ -79,3 +79,58 @@ def test_commands_say_which_checkpoint_they_load(run, tmp_path):
     )
     assert translated.returncode == 0, translated.stderr[-3000:]
     assert f"checkpoint: {os.path.join(str(run), 'checkpoints', 'ckpt-8')}" in translated.stderr
+
+
+def test_a_run_directory_through_tf_io_gfile(corpus_dir, tmp_path, monkeypatch):
+    """``model_dir`` may be a path of TensorFlow's filesystems (``gs://…``); ``ram://`` stands in for one."""
+    import pipelines
+    from configs import get_config
+    from tf_transformer.run_dir import data_cache_dir, load_run, make_vocabulary, save_json, save_run, vocabulary_path
+    from tf_transformer.training.resume import source_run, take_vocabulary
+    from tf_transformer.training.setup import check_model_dir
+
+    model_dir = f"ram://{tmp_path.name}/run"  # the RAM filesystem is one per process
+    config = get_config("tiny")
+    check_model_dir(model_dir, config)
+    assert tf.io.gfile.isdir(model_dir)
+    corpus = pipelines.find_split(str(corpus_dir), "train", "en", "de")
+    tokenizer = make_vocabulary(model_dir, corpus, size=60)
+    assert tf.io.gfile.listdir(model_dir) == ["sp.model"]  # trained locally, copied whole
+    assert make_vocabulary(model_dir, corpus, size=60).model_proto == tokenizer.model_proto  # found, not retrained
+    save_run(model_dir, config.replace(vocab_size=tokenizer.vocab_size), {"seed": 3})
+    save_json(f"{model_dir}/train_summary.json", {"steps": 4})
+    stored, run = load_run(model_dir)
+    assert stored.vocab_size == tokenizer.vocab_size and run == {"seed": 3}
+    check_model_dir(model_dir, config)  # the same model config: accepted
+    with pytest.raises(ValueError, match="different model config"):
+        check_model_dir(model_dir, config.replace(d_ff=128))
+
+    tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(1.0)), checkpoint_dir(model_dir), 1).save()
+    assert source_run(f"{model_dir}/checkpoints/ckpt-1") == (model_dir, f"{model_dir}/checkpoints/ckpt-1")
+    fine_tuned = f"ram://{tmp_path.name}/fine_tuned"
+    take_vocabulary(fine_tuned, model_dir)
+    assert tf.io.gfile.GFile(vocabulary_path(fine_tuned), "rb").read() == tokenizer.model_proto
+
+    # The tokenized-data cache is written with local file calls: it stays on this machine.
+    monkeypatch.setenv("TFT_DATA_CACHE", str(tmp_path / "cache"))
+    assert data_cache_dir(model_dir) == str(tmp_path / "cache")
+    assert data_cache_dir(str(tmp_path / "run")) == str(tmp_path / "run" / "data_cache")
+
+
+@pytest.mark.slow
+def test_training_writes_and_resumes_a_run_through_tf_io_gfile(corpus_dir, tmp_path, monkeypatch):
+    from configs import get_config
+    from tests.corpora import tiny_options
+    from tf_transformer.training.trainer import train
+
+    monkeypatch.setenv("TFT_DATA_CACHE", str(tmp_path / "cache"))
+    model_dir = f"ram://{tmp_path.name}/run"
+    train(get_config("tiny"), tiny_options(corpus_dir, train_steps=2, checkpoint_every=1), model_dir)
+    summary = train(get_config("tiny"), tiny_options(corpus_dir, train_steps=4, checkpoint_every=1), model_dir)
+    assert summary["steps"] == 4 and summary["latest_checkpoint"] == f"{model_dir}/checkpoints/ckpt-4"
+    names = set(tf.io.gfile.listdir(model_dir))
+    assert {"config.json", "sp.model", "train_summary.json", "checkpoints/", "logs/"} <= names | {
+        name + "/" for name in names
+    }, names
+    assert list((tmp_path / "cache").iterdir())  # the data cache on this machine's disk
+    restore_model(model_dir)

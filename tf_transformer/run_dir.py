@@ -5,12 +5,17 @@ shared vocabulary), ``checkpoints/`` (model and optimizer, the last K),
 ``averaged/`` (``tft-average``), ``logs/`` (TensorBoard) and ``data_cache/``
 (tokenized data). Training and inference both go through this module, so
 neither needs the other to find a config, a vocabulary or a checkpoint.
+
+Training reaches the directory through ``tf.io.gfile``, so it may be a local
+or mounted path or one of TensorFlow's filesystems (``gs://bucket/run``);
+only the tokenized-data cache stays on a local disk (:func:`data_cache_dir`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 
 import tensorflow as tf
 from absl import logging
@@ -63,16 +68,29 @@ def _reason(error: BaseException) -> str:
 
 
 def save_json(path: str, value) -> None:
-    """Writes ``value`` as JSON to ``path`` atomically (a temporary file, then a rename)."""
+    """Writes ``value`` as JSON to ``path`` by way of a temporary file and a rename (atomic on a
+    POSIX filesystem; on an object store such as GCS a rename is a copy)."""
     tmp = f"{path}.tmp"
     try:
-        with open(tmp, "w") as handle:
-            json.dump(value, handle, indent=2, sort_keys=True)
-        os.replace(tmp, path)
-    except OSError as error:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        with tf.io.gfile.GFile(tmp, "w") as handle:
+            handle.write(json.dumps(value, indent=2, sort_keys=True))
+        tf.io.gfile.rename(tmp, path, overwrite=True)
+    except (OSError, tf.errors.OpError) as error:
+        if tf.io.gfile.exists(tmp):
+            tf.io.gfile.remove(tmp)
         raise WriteError(f"Could not write {path} ({_reason(error)}); the previous file is unchanged") from None
+
+
+def copy_file(source: str, target: str) -> None:
+    """Copies ``source`` to ``target`` (any ``tf.io.gfile`` paths) by way of ``target.partial`` and a rename."""
+    partial = f"{target}.partial"
+    try:
+        tf.io.gfile.copy(source, partial, overwrite=True)
+        tf.io.gfile.rename(partial, target, overwrite=True)
+    except (OSError, tf.errors.OpError) as error:
+        if tf.io.gfile.exists(partial):
+            tf.io.gfile.remove(partial)
+        raise WriteError(f"Could not write {target} ({_reason(error)}); nothing was written") from None
 
 
 def save_checkpoint(manager: tf.train.CheckpointManager, step: int) -> str:
@@ -112,10 +130,10 @@ def save_run(model_dir: str, config: TransformerConfig, options: dict) -> None:
 def load_run(model_dir: str) -> tuple[TransformerConfig, dict]:
     """The model config and run options stored in ``model_dir/config.json``."""
     path = os.path.join(model_dir, CONFIG_FILE)
-    if not os.path.exists(path):
+    if not tf.io.gfile.exists(path):
         raise FileNotFoundError(f"{path} not found: is {model_dir!r} a model directory written by tft-train?")
-    with open(path) as handle:
-        stored = json.load(handle)
+    with tf.io.gfile.GFile(path) as handle:
+        stored = json.loads(handle.read())
     return TransformerConfig.from_dict(stored["model"]), stored["run"]
 
 
@@ -127,15 +145,39 @@ def checkpoint_dir(model_dir: str) -> str:
     return os.path.join(model_dir, CHECKPOINTS)
 
 
+def is_local(path: str) -> bool:
+    """Whether ``path`` is a local or mounted path, not one of TensorFlow's filesystems (``gs://``, ``ram://``)."""
+    return "://" not in path
+
+
+def data_cache_dir(model_dir: str) -> str:
+    """Where the run's tokenized data is cached: ``model_dir/data_cache``, on a local or mounted disk.
+
+    ``pipelines`` writes the cache with local file calls (a directory renamed
+    into place), so for a ``model_dir`` such as ``gs://bucket/run`` each
+    machine keeps it in ``$TFT_DATA_CACHE`` (default
+    ``~/.cache/tf_transformer/data``); its key covers the corpus and the
+    vocabulary, so runs may share it.
+    """
+    if is_local(model_dir):
+        return os.path.join(model_dir, "data_cache")
+    default = os.path.join(os.path.expanduser("~"), ".cache", "tf_transformer", "data")
+    return os.environ.get("TFT_DATA_CACHE") or default
+
+
 def make_vocabulary(
     model_dir: str, corpus: pipelines.ParallelText, size: int, model_type: str = "bpe", seed: int = 1
 ) -> pipelines.Tokenizer:
     """The run's tokenizer: ``model_dir/sp.model`` if there is one (a resumed run, or the user's), else one
     trained on both sides of ``corpus`` (section 5.1: a shared source-target vocabulary)."""
     path = vocabulary_path(model_dir)
-    if not os.path.exists(path):
+    if not tf.io.gfile.exists(path):
         logging.info("Training a shared %s vocabulary of %d pieces on %s", model_type, size, corpus.paths)
-        pipelines.train_sentencepiece(corpus.pairs(), path, vocab_size=size, model_type=model_type, seed=seed)
+        with tempfile.TemporaryDirectory() as local:  # SentencePiece writes a local file: then copied with gfile
+            trained = os.path.join(local, VOCABULARY_FILE)
+            pipelines.train_sentencepiece(corpus.pairs(), trained, vocab_size=size, model_type=model_type, seed=seed)
+            tf.io.gfile.makedirs(model_dir)
+            copy_file(trained, path)
     return pipelines.Tokenizer(path)
 
 

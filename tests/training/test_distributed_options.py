@@ -1,10 +1,12 @@
 """Options that cannot work in a distributed layout are refused at the start, naming the option."""
 
+import dataclasses
+
 import pytest
 import tensorflow as tf
 
-from configs import RunOptions
-from tf_transformer.training.multi_worker import _check_options
+from configs import RunOptions, get_config
+from tf_transformer.training.multi_worker import _check_options, differing_options
 from tf_transformer.training.setup import OptionError, check_jit_compile
 
 
@@ -27,3 +29,23 @@ def test_multi_worker_refuses_what_it_cannot_do_here(change, option):
         pytest.skip("XLA is allowed on GPU workers")
     with pytest.raises(OptionError, match=option):
         _check_options(RunOptions(data="corpus", strategy="multi_worker", **change))
+
+
+def test_a_worker_is_compared_with_the_chief_on_every_option_and_config_field():
+    config = get_config("tiny", dropout=0.0)
+    run = {**dataclasses.asdict(RunOptions(data="corpus", strategy="multi_worker", train_steps=30)), "num_replicas": 2}
+    chief = (config.replace(vocab_size=120), run)
+    # What each worker sets for itself, and values that take the same effect, are no difference.
+    same = {**run, "budget_start": 12.5, "verbose": 0, "tokens": config.tokens_per_batch, "jit_compile": False}
+    assert differing_options(chief, (config.replace(vocab_size=120), same)) == []
+
+    changes = {"train_steps": 31, "checkpoint_every": 5, "accumulate_steps": 2, "precision": "mixed_bfloat16"}
+    changes |= {"max_minutes": 10.0, "epochs": 3, "steps_per_epoch": 7}
+    worker = (config.replace(vocab_size=256, dropout=0.1), {**run, **changes})
+    differing = differing_options(chief, worker)
+    for name, value in changes.items():
+        assert f"--{name} {run[name]} on the chief, {value} here" in differing
+    assert "--set dropout 0.0 on the chief, 0.1 here" in differing
+    assert len(differing) == len(changes) + 1  # the vocabulary size is the chief's sp.model's, not a flag
+    preset = differing_options(chief, (get_config("small").replace(vocab_size=120), run))
+    assert "--config tiny on the chief, small here" in preset and "--set d_model 32 on the chief, 256 here" in preset

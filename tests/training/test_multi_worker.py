@@ -93,7 +93,8 @@ def weights(run):
 
 
 def checkpoints(run):
-    return sorted(p.name for p in (run / "checkpoints").glob("ckpt-*.index"))
+    """The checkpoints' file names, by number (ckpt-5 before ckpt-45)."""
+    return sorted((p.name for p in (run / "checkpoints").glob("ckpt-*.index")), key=lambda name: int(name[5:-6]))
 
 
 @pytest.fixture(scope="module")
@@ -203,19 +204,39 @@ def test_a_worker_that_cannot_see_the_chiefs_model_dir_stops_with_an_error(corpu
 def test_a_time_budget_stops_every_worker_after_the_same_step(corpus, tmp_path):
     multi = tmp_path / "multi"
 
-    def command(index):  # the workers' clocks disagree: one of them asks to stop much earlier
-        budget = "0.05" if index == 1 else "30"
-        return [
-            str(BIN / "tft-train"),
-            "--strategy=multi_worker",
-            f"--max_minutes={budget}",
-            *flags(corpus, multi, "--train_steps=100000"),
-        ]
-
-    results = finish(start_workers(2, command))
+    # Each worker's clock starts at its own first step and each validates on its own at epoch ends,
+    # so left alone they would reach the budget after different steps.
+    command = [
+        str(BIN / "tft-train"),
+        "--strategy=multi_worker",
+        "--max_minutes=0.1",
+        *flags(corpus, multi, "--train_steps=100000"),
+    ]
+    results = finish(start_workers(2, lambda index: command))
     for code, stderr in results:
         assert code == 0, stderr[-3000:]
     chief = json.loads((multi / "train_summary.json").read_text())
     other = json.loads((multi / ".worker-1" / "train_summary.json").read_text())
     assert chief["steps"] == other["steps"] < 100000
     assert checkpoints(multi)[-1] == f"ckpt-{chief['steps']}.index"
+
+
+def test_a_worker_started_with_other_options_than_the_chief_is_refused_and_all_stop(corpus, tmp_path):
+    multi = tmp_path / "multi"
+
+    def command(index):
+        extra = ["--train_steps=31", "--checkpoint_every=4", "--set=dropout=0.1"] if index == 1 else []
+        return [str(BIN / "tft-train"), "--strategy=multi_worker", "--worker_timeout=60", *flags(corpus, multi), *extra]
+
+    start = time.monotonic()
+    (chief_code, chief_err), (code, stderr) = finish(start_workers(2, command), timeout=300)
+    assert code not in (0, None) and chief_code not in (0, None)
+    for named in (
+        "--train_steps 30 on the chief, 31 here",
+        "--checkpoint_every 5 on the chief, 4 here",
+        "--set dropout 0.0 on the chief, 0.1 here",
+    ):
+        assert named in stderr, stderr[-3000:]
+    assert "were started with options other than the chief's" in chief_err, chief_err[-3000:]
+    assert not (multi / "checkpoints").exists() or not checkpoints(multi)  # refused before any step
+    assert time.monotonic() - start < 300

@@ -63,8 +63,9 @@ flags.DEFINE_string(
 flags.DEFINE_float(
     "worker_timeout",
     600.0,
-    "--strategy multi_worker: seconds a worker waits for the others (the chief's vocabulary, each collective) "
-    "before stopping with an error, so that a dead worker does not hang the rest.",
+    "--strategy multi_worker: seconds a worker waits for the chief to prepare --model_dir (its vocabulary and "
+    "config.json) before stopping with an error. A worker that dies while training is noticed by TensorFlow's "
+    "coordination-service heartbeats within seconds, whatever this value (docs/distributed.md).",
     lower_bound=1.0,
 )
 flags.DEFINE_multi_string("set", [], "Override a config field, e.g. --set dropout=0.2 (repeatable).")

@@ -20,8 +20,10 @@ optimizer, schedule, global batches and callbacks, and the same update:
   the epochs are counted alike; a time budget or a signal seen by one worker
   travels with the next step's collective, so all stop after the same step
   and write the same checkpoint;
-* each collective waits at most ``--worker_timeout`` seconds: a worker that
-  died makes the others stop with an error saying how to resume.
+* a worker that dies or stops answering is noticed by the heartbeats of
+  TensorFlow's coordination service (within seconds), which abort the
+  others' collectives: they stop with an error saying how to resume. No
+  per-collective timeout: TF keeps that for debugging (a thread per collective).
 
 All workers save (saving runs collectives): the chief into ``model_dir``, the
 others into ``model_dir/.worker-<i>``, which only they read.
@@ -149,6 +151,42 @@ def _wait_for_chief(model_dir: str, token: int, seconds: float, name: str) -> No
     )
 
 
+# Options each worker sets for itself: when its own time budget starts counting, how it prints progress.
+_OWN_OPTIONS = frozenset({"budget_start", "verbose"})
+
+
+def differing_options(chief: tuple[TransformerConfig, dict], worker: tuple[TransformerConfig, dict]) -> list[str]:
+    """Each option and model-config field ``worker`` sets otherwise than ``chief``, with both values.
+
+    Both are ``(model config, run options)`` as ``config.json`` holds them. Every
+    worker must train as the chief does: another step count, schedule or
+    checkpoint cadence would leave the workers' collectives unmatched, another
+    model or dropout would train a model other than the one the chief saves.
+    Options are compared as they take effect (a preset's ``--tokens`` given
+    explicitly is no change); the vocabulary size is that of the chief's
+    ``sp.model``, not compared.
+    """
+    (chief_config, chief_run), (config, run) = chief, worker
+
+    def effective(config: TransformerConfig, run: dict) -> dict:
+        values = {**run, **resume.stream_options(config, run)}
+        return {**values, "jit_compile": bool(values.get("jit_compile"))}  # None is off under multi_worker
+
+    theirs, ours = effective(chief_config, chief_run), effective(config, run)
+    names = [*theirs, *(name for name in ours if name not in theirs)]
+    differing = [
+        f"--{name} {theirs.get(name)} on the chief, {ours.get(name)} here"
+        for name in names
+        if name not in _OWN_OPTIONS and theirs.get(name) != ours.get(name)
+    ]
+    for field in dataclasses.fields(config):
+        theirs, ours = getattr(chief_config, field.name), getattr(config, field.name)
+        if field.name != "vocab_size" and theirs != ours:
+            flag = "--config" if field.name == "name" else f"--set {field.name}"
+            differing.append(f"{flag} {theirs} on the chief, {ours} here")
+    return differing
+
+
 def _check_options(options: RunOptions) -> None:
     if options.precision == "mixed_float16":
         raise OptionError(
@@ -172,7 +210,7 @@ def train_multi_worker(config: TransformerConfig, options: RunOptions, model_dir
     except _LOST as error:  # outside the training loop: building the model, restoring, agreeing on the start
         raise ClusterError(
             f"{cluster.name}: lost contact with the other workers while starting ({run_dir.first_line(error)}). "
-            f"A worker stopped or waited for more than --worker_timeout ({options.worker_timeout:g} s); "
+            "A worker stopped, or stopped answering the coordination service's heartbeats; "
             "see its log, then run every worker's command again"
         ) from None
 
@@ -181,8 +219,10 @@ def _train(config, options, model_dir, strategy, cluster) -> dict:
     jit_compile = bool(options.jit_compile)
     accumulate = max(1, options.accumulate_steps)
     replicas = strategy.num_replicas_in_sync
+    if cluster.is_chief:
+        check_model_dir(model_dir, config)
     work_dir = model_dir if cluster.is_chief else os.path.join(model_dir, f".worker-{cluster.task_id}")
-    os.makedirs(work_dir, exist_ok=True)
+    tf.io.gfile.makedirs(work_dir)
     run = {**dataclasses.asdict(options), "num_replicas": replicas}
 
     try:
@@ -207,12 +247,25 @@ def _train(config, options, model_dir, strategy, cluster) -> dict:
             resume.check_architecture(config, run_dir.load_run(source_dir)[0], source_dir)
         run_dir.save_run(model_dir, config, run)
         run_dir.save_json(os.path.join(model_dir, MARKER), {"token": token, "workers": _workers(strategy)})
+        differing = []
     else:
         _wait_for_chief(model_dir, token, options.worker_timeout, cluster.name)
-        stored, _ = run_dir.load_run(model_dir)
+        stored, chief_run = run_dir.load_run(model_dir)  # this launch's: written before the marker
         config = config.replace(vocab_size=stored.vocab_size)
-        resume.check_unchanged(model_dir, config, run)  # this worker's flags against the chief's
+        differing = differing_options((stored, chief_run), (config, run))
         tokenizer = pipelines.Tokenizer(run_dir.vocabulary_path(model_dir))
+    # Every worker learns whether one was started otherwise than the chief: then all stop, before any step.
+    refused = int(round(float(cluster.sum([1 if differing else 0])[0])))
+    if differing:
+        raise OptionError(
+            f"{cluster.name} was started with options other than the chief's (worker 0): {'; '.join(differing)}. "
+            "Every worker must run the same tft-train command (only TF_CONFIG differs)"
+        )
+    if refused:
+        raise ClusterError(
+            f"{cluster.name}: {refused} other worker(s) were started with options other than the chief's and "
+            "stopped (their errors name the options); run the same tft-train command on every worker"
+        )
 
     data = training_data(corpus, tokenizer, config, options, replicas, jit_compile, model_dir)
     steps_per_epoch = options.steps_per_epoch or data.batches_per_epoch
@@ -340,8 +393,8 @@ def _train(config, options, model_dir, strategy, cluster) -> dict:
     except _LOST as error:
         raise ClusterError(
             f"{cluster.name}: lost contact with the other workers after micro-batch {micro} "
-            f"({run_dir.first_line(error)}). A worker died or stalled for more than --worker_timeout "
-            f"({options.worker_timeout:g} s). The newest checkpoint is {chief_manager.latest_checkpoint}: run "
+            f"({run_dir.first_line(error)}). A worker died, or stopped answering the coordination service's "
+            f"heartbeats. The newest checkpoint is {chief_manager.latest_checkpoint}: run "
             "every worker's command again to resume from it"
         ) from None
     summary = {
@@ -394,9 +447,12 @@ def _train_step(model: keras.Model, strategy: tf.distribute.Strategy, jit_compil
         rows = tf.cast(tf.shape(labels)[0], tf.float32)
         return tf.stack([loss, tokens, rows]), wanted / local
 
-    @tf.function(jit_compile=jit_compile)
+    # As Keras's fit does: XLA compiles the replica's step only; next() stays outside, XLA has no IteratorGetNext.
+    replica = tf.function(replica_step, jit_compile=True) if jit_compile else replica_step
+
+    @tf.function
     def step(iterator, wanted):
-        stats, agreed = strategy.run(replica_step, args=(*next(iterator), wanted))
+        stats, agreed = strategy.run(replica, args=(*next(iterator), wanted))
         stats = strategy.reduce(tf.distribute.ReduceOp.SUM, stats, axis=None)  # an all-reduce: every worker
         return stats, strategy.reduce(tf.distribute.ReduceOp.SUM, agreed, axis=None)
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 
 import keras
 import tensorflow as tf
@@ -110,12 +109,12 @@ def check_unchanged(model_dir: str, config: TransformerConfig, run: dict) -> Non
 def source_run(path: str) -> tuple[str, str]:
     """``(run directory, checkpoint)`` for ``--init_from``: a run directory (its default checkpoint),
     or a checkpoint prefix inside one (``RUN/checkpoints/ckpt-N``, ``RUN/averaged/ckpt``)."""
-    if os.path.exists(os.path.join(path, run_dir.CONFIG_FILE)):
+    if tf.io.gfile.exists(os.path.join(path, run_dir.CONFIG_FILE)):
         return path, run_dir.default_checkpoint(path)
-    directory = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    directory = os.path.dirname(os.path.dirname(os.path.abspath(path) if run_dir.is_local(path) else path))
     if not tf.io.gfile.exists(path + ".index"):
         raise ResumeError(f"--init_from {path}: no such run directory or checkpoint (no {path}.index)")
-    if not os.path.exists(os.path.join(directory, run_dir.CONFIG_FILE)):
+    if not tf.io.gfile.exists(os.path.join(directory, run_dir.CONFIG_FILE)):
         raise ResumeError(f"--init_from {path}: no {run_dir.CONFIG_FILE} in {directory}, the run it belongs to")
     return directory, path
 
@@ -124,12 +123,11 @@ def take_vocabulary(model_dir: str, source_dir: str) -> None:
     """Gives ``model_dir`` the vocabulary of the run its weights come from: the embeddings are indexed by
     its pieces. A vocabulary already in ``model_dir`` must be the same file."""
     source, target = run_dir.vocabulary_path(source_dir), run_dir.vocabulary_path(model_dir)
-    if not os.path.exists(target):
-        os.makedirs(model_dir, exist_ok=True)
-        shutil.copyfile(source, target + ".partial")
-        os.replace(target + ".partial", target)
+    if not tf.io.gfile.exists(target):
+        tf.io.gfile.makedirs(model_dir)
+        run_dir.copy_file(source, target)
         return
-    with open(source, "rb") as a, open(target, "rb") as b:
+    with tf.io.gfile.GFile(source, "rb") as a, tf.io.gfile.GFile(target, "rb") as b:
         if a.read() != b.read():
             raise ResumeError(
                 f"--init_from: {target} differs from {source}, the vocabulary the weights were trained with; "
@@ -193,4 +191,7 @@ def restorable(checkpoint: tf.train.Checkpoint, path: str) -> tf.train.Checkpoin
 
 def holds(path: str, part: str) -> bool:
     """Whether the checkpoint at ``path`` holds ``part`` (e.g. :data:`POSITION`; older ones do not)."""
-    return any(key.startswith(f"{part}/") for key in tf.train.load_checkpoint(path).get_variable_to_shape_map())
+    # The reader of the prefix itself: load_checkpoint would take a prefix that a filesystem lists as a
+    # directory (ram:// lists every prefix of a file name) for a directory of checkpoints.
+    reader = tf.compat.v1.train.NewCheckpointReader(path)
+    return any(key.startswith(f"{part}/") for key in reader.get_variable_to_shape_map())

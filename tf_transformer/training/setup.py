@@ -32,8 +32,8 @@ class OptionError(ValueError):
 
 def check_model_dir(model_dir: str, config: TransformerConfig) -> None:
     """Creates the directory, or checks a resumed run uses the same model config."""
-    os.makedirs(model_dir, exist_ok=True)
-    if os.path.exists(os.path.join(model_dir, run_dir.CONFIG_FILE)):
+    tf.io.gfile.makedirs(model_dir)
+    if tf.io.gfile.exists(os.path.join(model_dir, run_dir.CONFIG_FILE)):
         stored, _ = run_dir.load_run(model_dir)
         differing = [
             f.name
@@ -130,7 +130,7 @@ def training_data(
         seed=options.seed,
         deterministic=True,
         repeat=True,
-        cache_dir=os.path.join(model_dir, "data_cache"),
+        cache_dir=run_dir.data_cache_dir(model_dir),
     )
 
 
@@ -147,7 +147,7 @@ def dev_data(tokenizer, config: TransformerConfig, options: RunOptions, replicas
         num_replicas=replicas,
         pad_to_bucket_boundary=jit_compile,
         shuffle=False,
-        cache_dir=os.path.join(model_dir, "data_cache"),
+        cache_dir=run_dir.data_cache_dir(model_dir),
         name=options.dev_split,
     ).dataset
     pairs = list(dev.pairs())[: options.dev_bleu_sentences]

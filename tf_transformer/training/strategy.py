@@ -8,19 +8,23 @@ import tensorflow as tf
 from configs.run import PRECISIONS, STRATEGIES
 
 
-def make_strategy(name: str = "auto", worker_timeout: float | None = None) -> tf.distribute.Strategy:
+def make_strategy(name: str = "auto") -> tf.distribute.Strategy:
     """``auto``: MirroredStrategy over all GPUs when there are several, else one device.
 
     ``mirrored`` mirrors over all GPUs, or over all logical CPU devices when
     there is no GPU (how the tests exercise it). ``multi_worker`` reads
     ``TF_CONFIG``; Keras 3 ``fit`` fails under it (keras-team/keras#20585), so the
-    trainer drives it with its own loop; ``worker_timeout`` bounds each of its
-    collective operations, so that a worker that died makes the others fail
-    with an error rather than wait forever.
+    trainer drives it with its own loop.
+
+    A worker that dies or stops answering is noticed by the heartbeats of
+    TensorFlow's coordination service, which ``MultiWorkerMirroredStrategy``
+    starts for chief and worker tasks: the others' collectives are aborted. A
+    per-collective ``CommunicationOptions(timeout_seconds=...)`` is not used: TF
+    keeps it for debugging, as it starts a thread per collective that lives for
+    the whole timeout (docs/distributed.md, "A worker that dies").
     """
     if name == "multi_worker":  # before anything else starts TensorFlow's runtime
-        options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=worker_timeout)
-        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        return tf.distribute.MultiWorkerMirroredStrategy()
     gpus = tf.config.list_logical_devices("GPU")
     if name == "auto":
         return tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.OneDeviceStrategy(_first_device())

@@ -56,12 +56,12 @@ __all__ = ["RunOptions", "compile_model", "train", "translate_fn"]
 def train(config: TransformerConfig, options: RunOptions, model_dir: str) -> dict:
     """Trains (or resumes) a model in ``model_dir``; returns a summary dict."""
     # First: MultiWorkerMirroredStrategy must configure collectives before TensorFlow starts.
-    strategy = make_strategy(options.strategy, options.worker_timeout)
-    check_model_dir(model_dir, config)
+    strategy = make_strategy(options.strategy)
     keras.utils.set_random_seed(options.seed)  # initialization and dropout; data order uses the seed too
     set_precision(options.precision)
-    if options.strategy == "multi_worker":
+    if options.strategy == "multi_worker":  # the chief checks model_dir; the others compare with the chief's run
         return train_multi_worker(config, options, model_dir, strategy)
+    check_model_dir(model_dir, config)
     jit_compile = default_jit_compile() if options.jit_compile is None else options.jit_compile
     check_jit_compile(strategy, jit_compile)
     accumulate = max(1, options.accumulate_steps)
