@@ -90,6 +90,35 @@ def test_translate_cli_streams_chunk_by_chunk(tiny_export):
     assert got == expected
 
 
+def test_translate_stream_holds_at_most_one_chunk_of_a_long_input():
+    """10,000 generated lines in chunks of 50 (a stub model): a line is never read more than a chunk ahead of the
+    translations written, so memory is bounded by the chunk size, not by the input's length."""
+    from tf_transformer.inference.batch_translation import translate_stream
+
+    chunk_size, chunks = 50, 200
+    count = {"read": 0, "written": 0, "most_ahead": 0}
+
+    def text(number):
+        return f"line {number} " + "word " * (number % 9)  # lengths vary: batches are sorted within a chunk
+
+    def generated():  # made as it is read: the input is never whole in memory
+        for number in range(chunk_size * chunks):
+            count["read"] += 1
+            count["most_ahead"] = max(count["most_ahead"], count["read"] - count["written"])
+            yield text(number)
+
+    def translate(batch):
+        assert len(batch) <= 8
+        return [line.upper() for line in batch]
+
+    stream = translate_stream(translate, generated(), batch_size=8, chunk_size=chunk_size)
+    for number, translation in enumerate(stream):
+        assert translation == text(number).upper()  # in input order
+        count["written"] += 1
+    assert count["read"] == count["written"] == chunk_size * chunks
+    assert count["most_ahead"] <= chunk_size, count
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "bad, reason",

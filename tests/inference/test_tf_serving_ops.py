@@ -113,6 +113,9 @@ def test_every_signature_runs_in_tf_serving_op_set(kind, tiny_export, ids_only_e
     flags = ["--without_tf_text"] if kind == "ids_only" else []
     there, here = serving_build(export, *flags), in_this_tensorflow(export)
     assert set(there) == set(here) and here
+    # A fixture change must not shrink the check: the full export's alignment signature is among those run.
+    expected = {"serving_default", "translate_ids"} | ({"translate_with_alignment"} if kind == "full" else set())
+    assert expected <= set(here), sorted(here)
     for name, outputs in here.items():
         assert set(there[name]) == set(outputs), name
         for key, value in outputs.items():

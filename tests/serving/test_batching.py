@@ -23,10 +23,15 @@ class Model:
         if self.gate is not None:
             self.gate.wait(10)
         self.batches.append(list(rows))
-        ids = np.zeros([len(rows), 4], np.int32)
+        ids = np.zeros([len(rows), max(len(row) for row in rows)], np.int32)  # padded to the batch's longest row
         for i, row in enumerate(rows):
             ids[i, : len(row)] = row
         return {"doubled": np.array([2 * sum(row) for row in rows], np.float32), "ids": ids}
+
+    @staticmethod
+    def fit(rows):
+        """``rows``' share of a batch's outputs → a call with ``rows`` alone's: ids as wide as their longest row."""
+        return lambda share: {**share, "ids": share["ids"][:, : max(len(row) for row in rows)]}
 
 
 def test_concurrent_requests_are_merged_and_each_gets_its_own_rows():
@@ -36,14 +41,17 @@ def test_concurrent_requests_are_merged_and_each_gets_its_own_rows():
     try:
         first = scheduler.submit("k", model, [[1]])
         assert model.started.wait(5)  # the first batch runs alone and holds the thread
-        futures = [scheduler.submit("k", model, [[i], [i, i]]) for i in range(2, 6)]  # 8 rows: one batch
+        requests = [[[i], [i, i]] for i in range(2, 5)] + [[[5]]]  # 7 rows: one batch
+        futures = [scheduler.submit("k", model, rows, Model.fit(rows)) for rows in requests[:-1]]
+        unfitted = scheduler.submit("k", model, requests[-1])
         gate.set()
         assert first.result(5)["doubled"].tolist() == [2]
-        for i, future in zip(range(2, 6), futures, strict=True):
+        for i, future in zip(range(2, 5), futures, strict=True):
             outputs = future.result(5)
             assert outputs["doubled"].tolist() == [2 * i, 4 * i]
-            assert outputs["ids"].tolist() == [[i, 0], [i, i]]  # the batch's extra zero columns dropped
-        assert [len(batch) for batch in model.batches] == [1, 8]
+            assert outputs["ids"].tolist() == [[i, 0], [i, i]]
+        assert unfitted.result(5)["ids"].tolist() == [[5, 0]]  # without fit: its share of the batch as is
+        assert [len(batch) for batch in model.batches] == [1, 7]
     finally:
         scheduler.stop()
 

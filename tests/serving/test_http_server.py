@@ -1,5 +1,6 @@
-"""RestServer with a stand-in model: bounded connections, graceful stop (no TensorFlow, no export)."""
+"""RestServer with a stand-in model: bounded connections, graceful stop, answers while loading (no TensorFlow)."""
 
+import functools
 import socket
 import threading
 import time
@@ -7,8 +8,10 @@ import time
 import numpy as np
 
 from tests.serving.client import raw_exchange, request, responses
+from tf_transformer.serving import http_server
 from tf_transformer.serving.batching import BatchScheduler
 from tf_transformer.serving.http_server import RestServer
+from tf_transformer.serving.versions import ModelVersions
 
 
 class SlowModel:
@@ -126,4 +129,44 @@ def test_expect_100_continue_gets_413_before_the_body():
         [(status, reply)] = responses(raw_exchange(port, b"PUT /v1/models/m HTTP/1.1\r\n\r\n", timeout=10))
         assert status == 501 and reply["error"]  # http.server's own errors, as JSON too
     finally:
+        server.stop()
+
+
+def test_answers_while_the_model_loads_then_becomes_ready(tmp_path, monkeypatch):
+    """make_server binds first: readiness and predict 503, the version LOADING; once loaded, 200 and AVAILABLE."""
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "1" / "saved_model.pb").write_bytes(b"graph")
+    loading, release = threading.Event(), threading.Event()
+
+    def slow_load(path, version):
+        loading.set()
+        assert release.wait(10), "make_server waited for the load"
+        return SlowModel()
+
+    monkeypatch.setattr(http_server, "ModelVersions", functools.partial(ModelVersions, load=slow_load))
+    server = http_server.make_server(str(tmp_path / "m"), port=0, poll_seconds=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        assert loading.wait(10)
+        status, body = request(port, "GET", "/readyz", timeout=10)
+        assert status == 503 and body["ready"] is False and body["error"] == "m is loading"
+        version = {"version": "1", "state": "LOADING", "status": {"error_code": "OK", "error_message": ""}}
+        assert request(port, "GET", "/v1/models/m", timeout=10) == (200, {"model_version_status": [version]})
+        status, body = request(port, "POST", "/v1/models/m:predict", {"instances": ["ab"]}, timeout=10)
+        assert status == 503 and "No version of m is loaded yet" in body["error"]
+
+        release.set()
+        assert server.versions.wait_loaded(10)
+        assert request(port, "GET", "/readyz", timeout=10) == (200, {"ready": True, "model": "m"})
+        assert request(port, "GET", "/v1/models/m", timeout=10) == (
+            200,
+            {"model_version_status": [{**version, "state": "AVAILABLE"}]},
+        )
+        assert request(port, "POST", "/v1/models/m:predict", {"instances": ["ab"]}, timeout=10) == (
+            200,
+            {"predictions": [{"translations": "AB"}]},
+        )
+    finally:
+        release.set()
         server.stop()

@@ -85,10 +85,15 @@ def main(argv):
     except FileNotFoundError as error:
         raise app.UsageError(str(error)) from None
     host, port = server.server_address[:2]
-    version = server.versions.servable().version
     name = server.versions.name
-    print(f"Serving {name} version {version} at http://{host}:{port}/v1/models/{name}", flush=True)
-    serve_until_signalled(server)
+
+    def announce(version):  # the server answers (503) while loading; this line says it serves
+        print(f"Serving {name} version {version} at http://{host}:{port}/v1/models/{name}", flush=True)
+
+    try:
+        serve_until_signalled(server, on_loaded=announce)
+    except FileNotFoundError as error:  # no version could be loaded
+        raise app.UsageError(str(error)) from None
     print("stopped", file=sys.stderr, flush=True)
 
 

@@ -40,6 +40,22 @@ from tf_transformer.run_dir import load_run, restore_model, vocabulary_path, wri
 
 EXPORT_INFO = os.path.join("assets.extra", "tf_transformer.json")
 
+# The axes after the first that a batch pads to its longest sentence, for each signature output that has any:
+# "output" to the longest decode a sentence of the batch may run (its source length + ``extra_length``, bounded as
+# ``Translator.search`` bounds it: longer than its hypothesis when that ends early), "source" to the longest source
+# (tokens with EOS). A server that merges requests into one batch cuts each request's share back along these axes
+# to what a call with that request alone returns.
+PADDED_AXES = {"ids": ("output",), "attention": ("output", "source")}
+
+
+def read_export_info(export_path: str) -> dict:
+    """The export's :data:`EXPORT_INFO`, or ``{}`` for exports written before it existed."""
+    path = os.path.join(export_path, EXPORT_INFO)
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
 
 class SourceLimit:
     """An export's maximum source length, checked in Python before a sentence reaches its graph.
@@ -54,11 +70,7 @@ class SourceLimit:
     def __init__(self, export_path: str):
         import sentencepiece as spm
 
-        info = {}
-        path = os.path.join(export_path, EXPORT_INFO)
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as handle:
-                info = json.load(handle)
+        info = read_export_info(export_path)
         vocabulary = os.path.join(export_path, "assets", "sp.model")
         self.pieces = spm.SentencePieceProcessor(model_file=vocabulary) if os.path.exists(vocabulary) else None
         self.limit = None if info.get("truncate_source") or self.pieces is None else info.get("max_source_length")

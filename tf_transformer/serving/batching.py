@@ -9,8 +9,11 @@ after its first request for more, ``num_batch_threads`` batches run at once and
 at most ``max_enqueued_batches`` batches' worth of sentences wait; beyond that a
 request is refused as unavailable rather than queued without bound.
 
-Merging changes the rows a matrix product sees, so a merged translation can
-differ from a lone call's where two hypotheses score equal up to float rounding.
+A merged batch pads its outputs to its longest sentence; each request's share
+is cut back to what a call with that request alone returns (``fit``), so that
+an answer does not depend on who shared its batch. Merging changes the rows a
+matrix product sees, so a merged translation can still differ from a lone
+call's where two hypotheses score equal up to float rounding.
 """
 
 from __future__ import annotations
@@ -22,8 +25,6 @@ import threading
 import time
 from collections.abc import Callable
 
-import numpy as np
-
 from tf_transformer.serving.requests import Unavailable
 
 
@@ -32,6 +33,7 @@ class _Task:
     key: object  # requests with equal keys (a model version and signature) may be merged
     run: Callable[[list], dict]
     rows: list
+    fit: Callable[[dict], dict] | None  # this request's share of a batch's outputs → a lone call's
     future: concurrent.futures.Future
     arrived: float
 
@@ -61,8 +63,15 @@ class BatchScheduler:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, key, run: Callable[[list], dict], rows: list) -> concurrent.futures.Future:
-        """Queues ``rows``; the future gives ``run``'s outputs for exactly these rows (first axis)."""
+    def submit(
+        self, key, run: Callable[[list], dict], rows: list, fit: Callable[[dict], dict] | None = None
+    ) -> concurrent.futures.Future:
+        """Queues ``rows``; the future gives ``run``'s outputs for exactly these rows (first axis).
+
+        ``fit`` takes these rows' share of a merged batch's outputs (first axis
+        sliced) and returns what ``run(rows)`` alone would: it cuts the axes the
+        batch padded to its longest request. Without it the share is returned as is.
+        """
         if len(rows) > self.max_batch_size:
             raise ValueError(f"{len(rows)} rows exceed max_batch_size {self.max_batch_size}")
         future = concurrent.futures.Future()
@@ -71,7 +80,7 @@ class BatchScheduler:
                 raise Unavailable("The server is shutting down")
             if self._queued_rows + len(rows) > self.max_queued_rows:
                 raise Unavailable(f"The batching queue is full ({self._queued_rows} sentences waiting); retry later")
-            self._queue.append(_Task(key, run, rows, future, time.monotonic()))
+            self._queue.append(_Task(key, run, rows, fit, future, time.monotonic()))
             self._queued_rows += len(rows)
             self._changed.notify_all()
         return future
@@ -123,7 +132,8 @@ class BatchScheduler:
             start, results = 0, []
             for task in tasks:
                 end = start + len(task.rows)
-                results.append({key: _trim(value[start:end]) for key, value in outputs.items()})
+                share = {key: value[start:end] for key, value in outputs.items()}
+                results.append(share if task.fit is None or len(tasks) == 1 else task.fit(share))
                 start = end
         except Exception as error:
             if retry_alone:  # one request's input may have failed the batch: only that one should fail
@@ -135,11 +145,3 @@ class BatchScheduler:
             return
         for task, result in zip(tasks, results, strict=True):
             task.future.set_result(result)
-
-
-def _trim(value: np.ndarray) -> np.ndarray:
-    """Drops the all-zero columns a merged batch's longest output added to a token-id matrix."""
-    if value.ndim != 2 or value.dtype.kind not in "iu" or not value.size:
-        return value
-    used = np.flatnonzero(value.any(axis=0))
-    return value[:, : used[-1] + 1 if used.size else 1]

@@ -6,6 +6,10 @@
   GET  /healthz                                       200 while the process serves HTTP
   GET  /readyz                                        200 once a version is loaded, 503 before and when stopping
 
+The server answers from the moment it binds: the model loads in the background
+(:func:`make_server`), and until a version is available the status answer
+reports it ``LOADING``, readiness and predictions answer 503.
+
 Limits, so that one client cannot take the server down: a request body over
 ``max_request_bytes`` is answered 413 without being read; a connection idle or
 slow for ``timeout_seconds`` is closed; ``num_threads`` threads handle
@@ -26,6 +30,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 from absl import logging
 
@@ -293,8 +298,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if self.path == "/healthz":
                 return self._reply(200, {"status": "serving"})
             if self.path == "/readyz":
-                ready = server.versions.ready and not server.stopping
-                return self._reply(200 if ready else 503, {"ready": ready, "model": server.versions.name})
+                if server.versions.ready and not server.stopping:
+                    return self._reply(200, {"ready": True, "model": server.versions.name})
+                error = "The server is stopping" if server.stopping else server.versions.failure()
+                return self._reply(503, {"ready": False, "model": server.versions.name, "error": error})
             match = self._route()
             if match["predict"]:
                 raise NotFound(f"Predict is a POST: POST /v1/models/{server.versions.name}:predict")
@@ -342,7 +349,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.server.stopping:
             raise Unavailable("The server is shutting down")
         run = lambda rows: servable.run(request.signature, rows)  # noqa: E731
-        return scheduler.submit((servable, request.signature), run, request.rows).result()
+        fit = lambda outputs: servable.fit(request.signature, request.rows, outputs)  # noqa: E731
+        return scheduler.submit((servable, request.signature), run, request.rows, fit).result()
 
     def _route(self):
         match = _MODEL_PATH.match(self.path.split("?", 1)[0])
@@ -378,27 +386,58 @@ def make_server(
     num_threads: int = 32,
     poll_seconds: float = 1.0,
 ) -> RestServer:
-    """Loads the model's newest version and binds; :meth:`RestServer.serve_forever` serves."""
+    """Binds, and loads the model's newest version in the background; :meth:`RestServer.serve_forever` serves.
+
+    The server answers at once, 503 on readiness and predictions until a version
+    is loaded (``server.versions.wait_loaded()`` waits for it). A path holding no
+    model at all is a ``FileNotFoundError`` here.
+    """
     versions = ModelVersions(model_path, model_name)
-    versions.start(poll_seconds)
     scheduler = None
     if enable_batching:
         scheduler = BatchScheduler(max_batch_size, batch_timeout_micros, num_batch_threads, max_enqueued_batches)
-    return RestServer(
-        (host, port), versions, scheduler, max_batch_size, max_request_bytes, timeout_seconds, num_threads
-    )
+    try:
+        server = RestServer(
+            (host, port), versions, scheduler, max_batch_size, max_request_bytes, timeout_seconds, num_threads
+        )
+    except BaseException:
+        if scheduler is not None:
+            scheduler.stop()
+        raise
+    versions.start(poll_seconds, wait=False)
+    return server
 
 
-def serve_until_signalled(server: RestServer) -> None:
-    """Serves until SIGTERM or SIGINT, then stops gracefully (:meth:`RestServer.stop`) and returns."""
+def serve_until_signalled(server: RestServer, on_loaded: Callable[[int], None] | None = None) -> None:
+    """Serves until SIGTERM or SIGINT, then stops gracefully (:meth:`RestServer.stop`) and returns.
+
+    ``on_loaded(version)`` is called once the first version is available (unless
+    stopping by then). If the first load fails, the server stops and a
+    ``FileNotFoundError`` says why. A signal during the first load lets it finish.
+    """
     stopper = threading.Thread(target=server.stop, name="stop")
+    failed = []
+
+    def watch_first_load():
+        if server.versions.wait_loaded():
+            if on_loaded is not None and not server.stopping:
+                on_loaded(server.versions.servable().version)
+        elif not server.stopping:
+            failed.append(server.versions.failure())
+            start_stopping()
+
+    def start_stopping():
+        with lock:
+            if not stopper.is_alive() and not server.stopping:
+                stopper.start()
 
     def on_signal(signum, frame):
-        if not stopper.is_alive() and not server.stopping:
-            logging.info("Signal %d: finishing the requests in flight", signum)
-            stopper.start()
+        logging.info("Signal %d: finishing the requests in flight", signum)
+        start_stopping()
 
+    lock = threading.Lock()
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    threading.Thread(target=watch_first_load, name="first-load", daemon=True).start()
     try:
         server.serve_forever()
     finally:
@@ -406,3 +445,5 @@ def serve_until_signalled(server: RestServer) -> None:
             stopper.join()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if failed:
+        raise FileNotFoundError(failed[0])

@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from tf_transformer.constants import EOS_ID, PAD_ID
-from tf_transformer.inference.export import SourceLimit
+from tf_transformer.inference.export import PADDED_AXES, SourceLimit, read_export_info
 from tf_transformer.serving.requests import ClientError, PredictRequest
 
 
@@ -19,6 +19,10 @@ class Servable:
     that a request that would fail inside the graph, or take the server's
     memory, fails alone before it is merged with others into a batch. Exports
     written before the limits existed are served without a length limit.
+
+    A merged batch pads some outputs to its longest sentence; :meth:`fit` cuts a
+    request's share back to what a call with that request alone returns, so an
+    answer does not depend on the requests that shared its batch.
     """
 
     def __init__(self, path: str, version: int):
@@ -35,6 +39,7 @@ class Servable:
             for name, function in self.signatures.items()
         }
         self.limits = SourceLimit(path)
+        self.info = read_export_info(path)
         self._metadata = _signature_defs(path)
 
     def check(self, request: PredictRequest) -> None:
@@ -65,12 +70,70 @@ class Servable:
         outputs = self.signatures[signature](inputs=inputs)
         return {key: value.numpy() for key, value in outputs.items()}
 
+    def fit(self, signature: str, rows: list, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``rows``' share of a merged batch's ``outputs``, cut to the shapes :meth:`run` of ``rows`` alone gives.
+
+        Cuts the axes :data:`~tf_transformer.inference.export.PADDED_AXES` names. Where
+        an export does not record what fixes a length (one written before
+        ``assets.extra/tf_transformer.json``), the axis loses only its trailing all-zero entries.
+        """
+        lengths = self._lone_lengths(signature, rows)
+        fitted = {}
+        for key, value in outputs.items():
+            for axis, name in enumerate(PADDED_AXES.get(key, ()), start=1):
+                if axis < value.ndim:
+                    value = _cut(value, axis, lengths[name])
+            fitted[key] = value
+        return fitted
+
+    def _lone_lengths(self, signature: str, rows: list) -> dict[str, int | None]:
+        """The ``"source"`` and ``"output"`` lengths of :meth:`run` on ``rows`` alone (``None``: not known).
+
+        As the graph sets them: sources padded to the longest (tokens with EOS, cut
+        to the maximum source length when the export truncates, as
+        ``Translator.limit_source`` does); outputs to the longest decode a row may
+        run, as ``Translator.search`` bounds it (its source + ``extra_length``).
+        """
+        info = self.info
+        cut = info.get("max_source_length") if info.get("truncate_source") else None
+        if self.input_kinds[signature] == "strings":
+            if self.limits.pieces is None:
+                return {"source": None, "output": None}
+            lengths = [self.limits.tokens(text) for text in rows]  # EOS included
+            if cut is not None:
+                lengths = [min(length, cut) for length in lengths]
+            width = max(lengths)
+        else:
+            width = max(len(row) for row in rows)
+            ids = np.array([row + [PAD_ID] * (width - len(row)) for row in rows])  # [rows, width], as run() pads
+            lengths = (ids != PAD_ID).sum(axis=1)  # [rows]
+            if cut is not None and width > cut:
+                ids = ids[:, :cut]
+                ids[lengths > cut, cut - 1] = EOS_ID
+                width, lengths = cut, (ids != PAD_ID).sum(axis=1)
+        if info.get("extra_length") is None:
+            return {"source": width, "output": None}
+        decode = [length + info["extra_length"] for length in lengths]
+        if info.get("max_length") is not None:
+            decode = [min(length, info["max_length"]) for length in decode]
+        if info.get("min_length"):
+            decode = [max(length, info["min_length"]) for length in decode]
+        return {"source": width, "output": int(max(decode))}
+
     def metadata(self) -> dict:
         """The signatures as TF Serving's model metadata API gives them (``GetModelMetadataResponse`` in JSON)."""
         return {
             "model_spec": {"signature_name": "", "version": str(self.version)},
             "metadata": {"signature_def": {"signature_def": self._metadata}},
         }
+
+
+def _cut(value: np.ndarray, axis: int, length: int | None) -> np.ndarray:
+    """``value`` cut to ``length`` along ``axis``; ``None``: to its last entry that is not all zeros."""
+    if length is None and value.size:
+        used = np.flatnonzero(np.moveaxis(value, axis, 0).reshape(value.shape[axis], -1).any(axis=1))
+        length = used[-1] + 1 if used.size else 1
+    return value[(slice(None),) * axis + (slice(0, length),)]
 
 
 def _signature_defs(path: str) -> dict:

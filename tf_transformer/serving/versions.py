@@ -7,6 +7,10 @@ version is served; the base directory is polled
 being served and replaces it only once it has loaded, and a version that fails to
 load leaves the served one in place. Given one version's directory instead,
 that version alone is served.
+
+Loading takes seconds to minutes, so a server starts answering before it ends
+(:meth:`ModelVersions.start` with ``wait=False``): meanwhile the version's state
+is ``LOADING`` and predictions are refused as unavailable.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class ModelVersions:
         self._states: dict[int, dict] = {}  # version → {"state", "error"}
         self._failed: dict[int, tuple] = {}  # version → the files' signature when its load failed
         self._stop = threading.Event()
+        self._first_load = threading.Event()  # set once the first load has ended, loaded or not
         self._poller: threading.Thread | None = None
 
     # Loading.
@@ -61,13 +66,17 @@ class ModelVersions:
                 found[int(entry)] = directory
         return found
 
-    def poll(self) -> None:
-        """Serves the highest version on disk if it is not served yet and can be loaded."""
+    def _target(self) -> tuple[int, dict[int, str]] | None:
+        """The version to serve (the highest on disk not known to fail) and the versions on disk."""
         versions = self.on_disk()
         candidates = [v for v in versions if self._failed.get(v) != _files_signature(versions[v])]
-        if not candidates:
+        return (max(candidates), versions) if candidates else None
+
+    def poll(self) -> None:
+        """Serves the highest version on disk if it is not served yet and can be loaded."""
+        if (found := self._target()) is None:
             return
-        target = max(candidates)
+        target, versions = found
         current = self._current
         if current is not None and current.version == target:
             return
@@ -94,21 +103,49 @@ class ModelVersions:
                 self._states[current.version] = {"state": END, "error": ""}
         logging.info("Serving version %d of %s", target, self.name)
 
-    def start(self, poll_seconds: float) -> None:
-        """Loads the highest version now, then polls every ``poll_seconds`` (0: never) in the background."""
-        self.poll()
-        if self._current is None:
-            failures = {v: s["error"] for v, s in self._states.items() if s["error"]}
-            reason = f": {failures}" if failures else " (no numbered directory holding saved_model.pb)"
-            raise FileNotFoundError(f"No version of {self.name} at {self.base} could be loaded{reason}")
-        if poll_seconds > 0 and not self.fixed:
-            self._poller = threading.Thread(target=self._poll_loop, args=(poll_seconds,), daemon=True, name="poll")
-            self._poller.start()
+    def start(self, poll_seconds: float, wait: bool = True) -> None:
+        """Loads the highest version, then polls every ``poll_seconds`` (0: never), in a background thread.
+
+        ``wait``: return once the first load has ended, with a ``FileNotFoundError``
+        if no version loaded. Otherwise return at once, the version to load already
+        ``LOADING`` in :meth:`status`; :meth:`wait_loaded` waits for it.
+        """
+        if not wait and (found := self._target()) is not None:
+            self._set_state(found[0], LOADING)
+        self._poller = threading.Thread(target=self._run, args=(poll_seconds,), daemon=True, name="poll")
+        self._poller.start()
+        if wait and not self.wait_loaded():
+            self.stop()
+            raise FileNotFoundError(self.failure())
+
+    def wait_loaded(self, timeout: float | None = None) -> bool:
+        """Waits for the first load to end; whether a version is being served."""
+        self._first_load.wait(timeout)
+        return self._current is not None
+
+    def failure(self) -> str:
+        """Why no version is being served."""
+        if not self._first_load.is_set():
+            return f"{self.name} is loading"
+        failures = {v: s["error"] for v, s in self._states.items() if s["error"]}
+        reason = f": {failures}" if failures else " (no numbered directory holding saved_model.pb)"
+        return f"No version of {self.name} at {self.base} could be loaded{reason}"
 
     def stop(self) -> None:
+        """Ends polling; a load under way is finished first."""
         self._stop.set()
         if self._poller is not None:
             self._poller.join()
+
+    def _run(self, poll_seconds: float) -> None:
+        try:
+            self.poll()
+        except Exception as error:  # the base directory unreadable: reported by failure(), polled again
+            logging.error("Loading %s: %s", self.name, error)
+        finally:
+            self._first_load.set()
+        if poll_seconds > 0 and not self.fixed:
+            self._poll_loop(poll_seconds)
 
     def _poll_loop(self, seconds: float) -> None:
         while not self._stop.wait(seconds):
