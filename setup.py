@@ -20,8 +20,16 @@ INSTALL_REQUIRES = [
 
 EXTRAS_REQUIRE = {
     "test": ["pytest>=8", "ruff==0.17.6", "hypothesis==6.170.15"],
-    # Peers for benchmarks/peers.py; never runtime dependencies.
-    "bench": ["keras-hub==0.32.0", "transformers==5.23.0", "torch==2.13.0", "ctranslate2==4.8.5", "tokenizers==0.23.3"],
+    # Peers for benchmarks/peers.py and the statistical aligner of benchmarks/alignment.py; never runtime
+    # dependencies.
+    "bench": [
+        "keras-hub==0.32.0",
+        "transformers==5.23.0",
+        "torch==2.13.0",
+        "ctranslate2==4.8.5",
+        "tokenizers==0.23.3",
+        "nltk==3.10.4",
+    ],
 }
 
 setup(

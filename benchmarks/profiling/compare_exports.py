@@ -7,12 +7,17 @@ A shared machine's speed drifts over minutes, often by more than a change to
 the decoder is worth, so timing one export after another decides nothing.
 Here every export is loaded into one process and the batches of newstest2013
 go through them interleaved: batch ``i`` through every export in turn, the
-order rotating from batch to batch and round to round. Each export's
-``translate_ids`` ids are compared with the first export's on every batch
-(``ids_identical``: a change meant to be exact must keep them). Sources are
-tokenized with the first export's ``assets/sp.model``. Target tokens count the
-ids each export produced (EOS included), so exports with a fixed output length
-(min = max) do equal work. The last line is one JSON object.
+order rotating from batch to batch and round to round. ``--signature`` chooses
+what is timed: ``translate_ids`` (the default; sources tokenized with the first
+export's ``assets/sp.model``, outside the timing) or ``serving_default`` (the raw
+strings, so the export's own tokenizing and detokenizing are timed too). Each
+export's outputs (ids, or translations) are compared with the first export's on
+every batch (``ids_identical``: a change meant to be exact must keep them).
+Target tokens count the ids each export produced (EOS included); the strings of
+``serving_default`` count as the output length the export fixes (min = max in
+``assets.extra/tf_transformer.json``), or else as their pieces re-tokenized plus
+EOS, an estimate. Exports with a fixed output length do equal work. The last
+line is one JSON object.
 """
 
 from __future__ import annotations
@@ -36,7 +41,31 @@ flags.DEFINE_integer("batch", 32, "Sentences per batch.", lower_bound=1)
 flags.DEFINE_integer("rounds", 2, "Passes over the sentences.", lower_bound=1)
 flags.DEFINE_integer("intra_op_threads", 2, "TensorFlow intra-op threads (1 for exports made with --streams N).")
 flags.DEFINE_integer("inter_op_threads", 2, "TensorFlow inter-op threads.")
+flags.DEFINE_enum(
+    "signature", "translate_ids", ["translate_ids", "serving_default"], "The signature timed: ids in, or strings in."
+)
 flags.mark_flag_as_required("export")
+
+OUTPUT = {"translate_ids": "ids", "serving_default": "translations"}
+
+
+def token_counter(path: str, tokenizer: pipelines.Tokenizer):
+    """outputs → the target tokens they hold, EOS included (see the module)."""
+    if FLAGS.signature == "translate_ids":
+        return lambda ids: int(np.count_nonzero(ids))
+    info_path = os.path.join(path, "assets.extra", "tf_transformer.json")
+    info = {}
+    if os.path.exists(info_path):
+        with open(info_path, encoding="utf-8") as handle:
+            info = json.load(handle)
+    fixed = info.get("max_length")
+    if fixed and info.get("min_length") == fixed:
+        return lambda translations: len(translations) * fixed
+
+    def retokenized(translations):  # an estimate: detokenizing and tokenizing again may not give the same pieces
+        return int(tokenizer.tokenize(tf.constant(translations)).flat_values.shape[0]) + len(translations)
+
+    return retokenized
 
 
 def main(argv):
@@ -54,8 +83,12 @@ def main(argv):
     tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_threads)
     lines = [line.strip() for line in pipelines.read_lines(FLAGS.data)][: FLAGS.sentences]
     tokenizer = pipelines.Tokenizer(os.path.join(FLAGS.export[0], "assets", "sp.model"))
-    batches = source_batches(tokenizer, lines, FLAGS.batch)
-    translate = [tf.saved_model.load(path).signatures["translate_ids"] for path in FLAGS.export]
+    if FLAGS.signature == "translate_ids":
+        batches = source_batches(tokenizer, lines, FLAGS.batch)
+    else:
+        batches = [np.array(lines[start : start + FLAGS.batch], object) for start in range(0, len(lines), FLAGS.batch)]
+    translate = [tf.saved_model.load(path).signatures[FLAGS.signature] for path in FLAGS.export]
+    count_tokens = [token_counter(path, tokenizer) for path in FLAGS.export]
     for run in translate:  # warm-up: the first call of a signature builds its kernels
         run(inputs=tf.constant(batches[0]))
 
@@ -66,9 +99,10 @@ def main(argv):
             outputs = {}
             for j in rotated(list(range(count)), i + round_index):
                 start = time.perf_counter()
-                outputs[j] = translate[j](inputs=tf.constant(batch))["ids"].numpy()  # [batch, out_len]
+                result = translate[j](inputs=tf.constant(batch))
+                outputs[j] = result[OUTPUT[FLAGS.signature]].numpy()  # [batch, out_len] ids, or [batch] strings
                 seconds[j] += time.perf_counter() - start
-                tokens[j] += int(np.count_nonzero(outputs[j]))
+                tokens[j] += count_tokens[j](outputs[j])
             for j in range(1, count):
                 identical[j] = identical[j] and np.array_equal(outputs[0], outputs[j])
 
@@ -91,6 +125,7 @@ def main(argv):
                 "sentences": len(lines),
                 "batch": FLAGS.batch,
                 "rounds": FLAGS.rounds,
+                "signature": FLAGS.signature,
                 "intra_op_threads": FLAGS.intra_op_threads,
                 "inter_op_threads": FLAGS.inter_op_threads,
                 "results": results,
