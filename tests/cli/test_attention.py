@@ -67,11 +67,11 @@ def test_an_export_draws_its_alignment_layer(tiny_export, tmp_path):
     result = attention_cli("--model", str(tiny_export), "--sentence", "alpha beta gamma", "--output", str(output))
     assert result.returncode == 0, result.stderr[-3000:]
     info = json.loads((output / "sentence_1" / "attention.json").read_text(encoding="utf-8"))
-    assert info["layer"] == 0 and info["figures"] == ["cross_layer1_mean.png"]
+    assert info["layer"] == 1 and info["figures"] == ["cross_layer2_mean.png"]
     assert info["source_tokens"][-1] == "</s>" and info["target_tokens"][-1] == "</s>"
     pairs = [tuple(map(int, pair.split("-"))) for pair in info["alignment"].split()]
     assert all(0 <= source < 3 for source, _ in pairs)  # three source words
-    assert imread(output / "sentence_1" / "cross_layer1_mean.png").ndim == 3
+    assert imread(output / "sentence_1" / "cross_layer2_mean.png").ndim == 3
 
 
 @pytest.mark.parametrize(

@@ -85,7 +85,7 @@ def test_alignment_signature_translates_as_serving_default_and_aligns_every_word
     import tensorflow_text  # noqa: F401
 
     info = json.loads((tiny_export / EXPORT_INFO).read_text())
-    assert info["alignment_layer"] == 0  # tiny has 2 layers: the penultimate
+    assert info["alignment_layer"] == 1  # tiny has 2 layers: the last
     loaded = tf.saved_model.load(str(tiny_export))
     sentences = tf.constant(["alpha beta gamma", "", "zeta omega sigma kappa"])
     plain = loaded.signatures["serving_default"](inputs=sentences)

@@ -14,7 +14,6 @@ encoder–decoder attention, heads averaged, and its word alignment.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 
@@ -185,10 +184,9 @@ def export_attention(model_path: str, sentences: Sequence[str]) -> tuple[int, li
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
-    from tf_transformer.inference.export import EXPORT_INFO
+    from tf_transformer.inference.export import read_export_info
 
-    with open(os.path.join(model_path, EXPORT_INFO), encoding="utf-8") as handle:
-        info = json.load(handle)
+    info = read_export_info(model_path)
     if "translate_with_alignment" not in info.get("signatures", []):
         raise ValueError(
             f"{model_path} has no translate_with_alignment signature: export it again (tft-export adds it by default), "

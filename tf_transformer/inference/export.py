@@ -207,7 +207,7 @@ def export_run(
     max_source_length: int | None = None,
     truncate_source: bool = False,
     ids_only: bool = False,
-    alignment_layer: int | str | None = "penultimate",
+    alignment_layer: int | str | None = "last",
 ) -> str:
     """Exports the run in ``model_dir`` (its averaged or newest checkpoint) to ``output``.
 
@@ -216,9 +216,9 @@ def export_run(
     ``max_source_length`` defaults to the longest sentence training kept (its
     ``max_length``), the longest the model has learned to translate.
     ``alignment_layer``: the decoder layer (from 0) whose attention aligns in the
-    ``translate_with_alignment`` signature; ``"penultimate"`` (the default: raw
-    attention of the last layer aligns worse, Garg et al. 2019; docs/inference.md);
-    ``None`` for no such signature.
+    ``translate_with_alignment`` signature; ``"last"`` (the default: it aligned
+    best of every layer measured here, docs/attention.md) or ``"penultimate"``
+    (what Garg et al. 2019 found best in 6-layer models); ``None`` for no such signature.
     ``dtype`` (e.g. ``"bfloat16"``) stores and computes the weights in that dtype
     (:func:`~tf_transformer.inference.precision.inference_copy`); by default float32.
     """
@@ -246,8 +246,8 @@ def export_run(
         max_source_length=max_source_length,
         truncate_source=truncate_source,
     )
-    if alignment_layer == "penultimate":
-        alignment_layer = max(config.num_layers - 2, 0)
+    if alignment_layer in ("last", "penultimate"):
+        alignment_layer = max(config.num_layers - (1 if alignment_layer == "last" else 2), 0)
     if alignment_layer is not None and not 0 <= alignment_layer < config.num_layers:
         raise ValueError(f"alignment_layer {alignment_layer}: the decoder has layers 0 to {config.num_layers - 1}")
     return export_translator(
