@@ -77,7 +77,7 @@ def test_an_export_draws_its_alignment_layer(tiny_export, tmp_path):
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--sentence", "a b", "--output", "{out}"], "exactly one of --model_dir"),
+        (["--sentence", "a b", "--output", "{out}"], "exactly one of --model (an export) or --model_dir"),
         (["--model_dir", "{run}", "--output", "{out}"], "exactly one of --sentence or --input"),
         (["--model_dir", "{run}", "--sentence", "a b"], "--output DIR is required"),
         (["--model_dir", "{run}", "--sentence", "a b", "--output", "{out}", "--layer", "5"], "layers 0 to 1"),

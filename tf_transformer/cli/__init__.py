@@ -17,6 +17,18 @@ def run_main(main) -> None:
     app.run(started)
 
 
+def check_model_flags(model: str | None, model_dir: str | None) -> None:
+    """Exactly one of ``--model`` (an export's version directory) and ``--model_dir`` (a run), and it is one."""
+    import os
+
+    if bool(model) == bool(model_dir):
+        raise app.UsageError("Give exactly one of --model (an export) or --model_dir (a training run)")
+    if model and not os.path.exists(os.path.join(model, "saved_model.pb")):
+        raise app.UsageError(f"--model {model}: no saved_model.pb there (give an export's version directory)")
+    if model_dir and not os.path.exists(os.path.join(model_dir, "config.json")):
+        raise app.UsageError(f"--model_dir {model_dir}: no config.json there (give a tft-train run directory)")
+
+
 def define_thread_flags() -> None:
     """``--intra_op_threads`` / ``--inter_op_threads`` for the commands that decode (see :func:`apply_thread_flags`)."""
     flags.DEFINE_integer(

@@ -19,7 +19,7 @@ import sys
 
 from absl import app, flags
 
-from tf_transformer.cli import run_main
+from tf_transformer.cli import check_model_flags, run_main
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -83,10 +83,6 @@ def _heads() -> tuple[int, int] | None:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    if bool(FLAGS.model) == bool(FLAGS.model_dir):
-        raise app.UsageError("Give exactly one of --model_dir (a training run) or --model (an export)")
-    if not FLAGS.output:
-        raise app.UsageError("--output DIR is required")
     if FLAGS.model and any(
         value is not None
         for value in (FLAGS.checkpoint, FLAGS.layer, FLAGS.token, FLAGS.heads, FLAGS.beam_size, FLAGS.alpha)
@@ -95,10 +91,9 @@ def main(argv):
             "--checkpoint, --layer, --token, --heads, --beam_size and --alpha need --model_dir: an export holds "
             "one layer's attention, heads averaged, with its search fixed at export"
         )
-    if FLAGS.model and not os.path.exists(os.path.join(FLAGS.model, "saved_model.pb")):
-        raise app.UsageError(f"--model {FLAGS.model}: no saved_model.pb there (give an export's version directory)")
-    if FLAGS.model_dir and not os.path.exists(os.path.join(FLAGS.model_dir, "config.json")):
-        raise app.UsageError(f"--model_dir {FLAGS.model_dir}: no config.json there (give a tft-train run directory)")
+    check_model_flags(FLAGS.model, FLAGS.model_dir)
+    if not FLAGS.output:
+        raise app.UsageError("--output DIR is required")
     sentences = _sentences()
     heads = _heads()
     from tf_transformer.inference import attention_report as report

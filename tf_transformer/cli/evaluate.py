@@ -16,7 +16,7 @@ import sys
 
 from absl import app, flags
 
-from tf_transformer.cli import run_main
+from tf_transformer.cli import check_model_flags, run_main
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "Exported SavedModel directory.")
@@ -34,8 +34,7 @@ flags.DEFINE_integer("batch_size", 64, "Sentences per batch.", lower_bound=1)
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    if bool(FLAGS.model) == bool(FLAGS.model_dir):
-        raise app.UsageError("Give exactly one of --model (an export) or --model_dir (a training run)")
+    check_model_flags(FLAGS.model, FLAGS.model_dir)
     from pipelines import DataError
     from tf_transformer.evaluation import read_test_set, score
     from tf_transformer.inference.batch_translation import checked_sources, translate_lines, translate_with_checkpoint

@@ -11,12 +11,11 @@ and a failure keeps what was written. Progress goes to stderr.
 
 from __future__ import annotations
 
-import os
 import sys
 
 from absl import app, flags
 
-from tf_transformer.cli import apply_thread_flags, define_thread_flags, run_main
+from tf_transformer.cli import apply_thread_flags, check_model_flags, define_thread_flags, run_main
 from tf_transformer.inference.batch_translation import (
     checked_sources,
     checkpoint_translate,
@@ -60,8 +59,7 @@ define_thread_flags()
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    if bool(FLAGS.model) == bool(FLAGS.model_dir):
-        raise app.UsageError("Give exactly one of --model (an export) or --model_dir (a training run)")
+    check_model_flags(FLAGS.model, FLAGS.model_dir)
     if FLAGS.alignment and not FLAGS.model:
         raise app.UsageError("--alignment needs --model: an export with the translate_with_alignment signature")
     if FLAGS.model and (FLAGS.beam_size or FLAGS.alpha is not None or FLAGS.nbest != 1 or FLAGS.streams != 1):
@@ -69,10 +67,6 @@ def main(argv):
             "--beam_size, --alpha, --nbest and --streams are fixed when exporting (tft-export); "
             "use --model_dir to choose them at translation time"
         )
-    if FLAGS.model and not os.path.exists(os.path.join(FLAGS.model, "saved_model.pb")):
-        raise app.UsageError(f"--model {FLAGS.model}: no saved_model.pb there (give an export's version directory)")
-    if FLAGS.model_dir and not os.path.exists(os.path.join(FLAGS.model_dir, "config.json")):
-        raise app.UsageError(f"--model_dir {FLAGS.model_dir}: no config.json there (give a tft-train run directory)")
     apply_thread_flags(FLAGS.workers * FLAGS.streams)  # searches at once: batches × each one's streams
     from pipelines import DataError, split_lines
 
