@@ -40,6 +40,15 @@ def test_maps_hold_the_weights_the_model_used(model):
     assert np.all(np.triu(maps.decoder, k=1) == 0)  # a target token never sees decoder inputs to its right
 
 
+def test_a_one_token_translation_has_its_one_key(model):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # training's TensorBoard images must not print warnings either
+        maps = attention_maps(model, [5, 3], [3], piece)  # the translation is EOS alone
+    assert maps.decoder.shape == (2, 4, 1, 1) and np.all(maps.decoder == 1.0)
+
+
 def test_a_special_token_is_a_word_of_its_own():
     assert word_index(["\u2581Ein", "\u2581Hund", "e", "</s>"]).tolist() == [0, 1, 1, 2]
     assert word_index(["<s>", "ab", "\u2581c"]).tolist() == [0, 1, 2]  # "ab" starts a word after <s>

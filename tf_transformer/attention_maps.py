@@ -17,6 +17,7 @@ Special tokens (``<s>``, ``</s>``) are words of their own.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -146,7 +147,12 @@ def attention_maps(
     source_ids = [int(i) for i in source_ids]
     target_ids = [int(i) for i in target_ids]
     decoder_input = [BOS_ID, *target_ids[:-1]]  # [tgt_len]: shifted right, as in training
-    _, weights = model.attention_weights({"inputs": np.array([source_ids]), "targets": np.array([decoder_input])})
+    inputs = {"inputs": np.array([source_ids]), "targets": np.array([decoder_input])}
+    with warnings.catch_warnings():
+        # A one-token translation (EOS alone) gives the decoder one key, and Keras warns about a softmax over
+        # one element; a weight of 1 on it is what attention over one key is.
+        warnings.filterwarnings("ignore", message="You are using a softmax over axis", category=UserWarning)
+        _, weights = model.attention_weights(inputs)
 
     def stack(kind, which):  # [layers, heads, queries, keys] of the one sentence
         return np.stack([np.asarray(layer[which], np.float32)[0] for layer in weights[kind]])
