@@ -18,14 +18,21 @@ def run_main(main) -> None:
 
 
 def check_model_flags(model: str | None, model_dir: str | None) -> None:
-    """Exactly one of ``--model`` (an export's version directory) and ``--model_dir`` (a run), and it is one."""
+    """Exactly one of ``--model`` (an export's version directory) and ``--model_dir`` (a run), and it is one.
+
+    Paths are read with ``tf.io.gfile``, as run directories are (``gs://`` included).
+    """
     import os
+
+    import tensorflow as tf
+
+    from tf_transformer.run_dir import CONFIG_FILE
 
     if bool(model) == bool(model_dir):
         raise app.UsageError("Give exactly one of --model (an export) or --model_dir (a training run)")
-    if model and not os.path.exists(os.path.join(model, "saved_model.pb")):
+    if model and not tf.io.gfile.exists(os.path.join(model, "saved_model.pb")):
         raise app.UsageError(f"--model {model}: no saved_model.pb there (give an export's version directory)")
-    if model_dir and not os.path.exists(os.path.join(model_dir, "config.json")):
+    if model_dir and not tf.io.gfile.exists(os.path.join(model_dir, CONFIG_FILE)):
         raise app.UsageError(f"--model_dir {model_dir}: no config.json there (give a tft-train run directory)")
 
 

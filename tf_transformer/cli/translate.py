@@ -59,7 +59,6 @@ define_thread_flags()
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    check_model_flags(FLAGS.model, FLAGS.model_dir)
     if FLAGS.alignment and not FLAGS.model:
         raise app.UsageError("--alignment needs --model: an export with the translate_with_alignment signature")
     if FLAGS.model and (FLAGS.beam_size or FLAGS.alpha is not None or FLAGS.nbest != 1 or FLAGS.streams != 1):
@@ -67,6 +66,7 @@ def main(argv):
             "--beam_size, --alpha, --nbest and --streams are fixed when exporting (tft-export); "
             "use --model_dir to choose them at translation time"
         )
+    check_model_flags(FLAGS.model, FLAGS.model_dir)  # after the flags' combinations: they need no files
     apply_thread_flags(FLAGS.workers * FLAGS.streams)  # searches at once: batches × each one's streams
     from pipelines import DataError, split_lines
 
