@@ -11,7 +11,9 @@ piece that starts with "▁" starts a word. On the attended (key) side a word's
 weight is the sum of its pieces' weights, the attention the word receives; on
 the attending (query) side a word's row is the mean of its pieces' rows, each
 piece voting equally. Rows that summed to 1 over pieces still do over words.
-Special tokens (``<s>``, ``</s>``) are words of their own.
+``<s>`` and ``</s>`` are words of their own; ``<unk>`` is a piece like any
+other (it starts a word only as a sentence's first piece), as in the exported
+graph's rule (:func:`~tf_transformer.inference.alignment.graph_word_alignment`).
 """
 
 from __future__ import annotations
@@ -22,21 +24,33 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tf_transformer.constants import BOS_ID
+from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
 
 WORD_START = "\u2581"  # SentencePiece's "▁": the piece begins a word
 SPECIAL = ("<s>", "</s>", "<pad>", "<unk>")  # SentencePiece's names of the special pieces
+BOUNDARIES = ("<s>", "</s>")  # the pieces that are words of their own
+
+
+def penultimate(num_layers: int) -> int:
+    """The layer (from 0) the paper-style figures show by default: figures 3–5 show layer 5 of 6."""
+    return max(num_layers - 2, 0)
+
+
+def hypothesis_length(ids: np.ndarray) -> int:
+    """Tokens of a search's output up to and with its first EOS (every real token where none was written)."""
+    ends = np.flatnonzero(ids == EOS_ID)
+    return int(ends[0]) + 1 if len(ends) else int(np.count_nonzero(ids != PAD_ID))
 
 
 def word_index(pieces: Sequence[str]) -> np.ndarray:
     """The word each piece belongs to: ``int[pieces]``, counting from 0.
 
     A piece that starts with "▁" starts a new word; the first piece starts one
-    whatever it holds; a special piece is a word of its own, so the piece after
-    it starts another.
+    whatever it holds; ``<s>`` and ``</s>`` are words of their own, so the piece
+    after them starts another.
     """
     starts = [
-        i == 0 or piece.startswith(WORD_START) or piece in SPECIAL or pieces[i - 1] in SPECIAL
+        i == 0 or piece.startswith(WORD_START) or piece in BOUNDARIES or pieces[i - 1] in BOUNDARIES
         for i, piece in enumerate(pieces)
     ]
     return np.cumsum(np.array(starts, bool)) - 1

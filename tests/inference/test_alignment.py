@@ -72,7 +72,7 @@ def test_the_graph_aligns_as_the_reference(data):
     from tf_transformer.inference.alignment import graph_word_alignment
 
     rows = data.draw(st.integers(1, 3))
-    sentence = st.lists(st.sampled_from(["▁w", "p", "▁v", "q"]), min_size=1, max_size=6)
+    sentence = st.lists(st.sampled_from(["▁w", "p", "▁v", "q", "<unk>"]), min_size=1, max_size=6)
     sources, targets = [data.draw(sentence) for _ in range(rows)], [data.draw(sentence) for _ in range(rows)]
     src_len, tgt_len = max(map(len, sources)) + 2, max(map(len, targets)) + 2  # EOS and at least one padding
     rng = np.random.default_rng(data.draw(st.integers(0, 2**31)))
