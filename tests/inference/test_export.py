@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+import sentencepiece as spm
 import tensorflow as tf
 
 from pipelines import Tokenizer
@@ -101,6 +102,12 @@ def test_alignment_signature_translates_as_serving_default_and_aligns_every_word
         assert all(0 <= i < len(source.split()) for i, _ in pairs)
     attention = aligned["attention"].numpy()  # [batch, out_len, src_len]: rows of real tokens sum to 1
     np.testing.assert_allclose(attention[0].sum(axis=-1)[attention[0].sum(axis=-1) > 0], 1.0, atol=1e-5)
+    ids = aligned["ids"].numpy()  # [batch, out_len]: the rows' pieces, the translation's own
+    assert ids.shape == attention.shape[:2] and not ids[1].any()  # nothing for the empty input
+    processor = spm.SentencePieceProcessor(model_file=str(tiny_export / "assets" / "sp.model"))
+    for row in (0, 2):
+        pieces = [int(i) for i in ids[row] if i > 3]  # no padding or EOS
+        assert processor.decode(pieces) == aligned["translations"].numpy()[row].decode()
 
 
 def test_fresh_process_loads_with_both_loaders_and_matches(tiny_run, tiny_export):

@@ -40,8 +40,8 @@ flags.DEFINE_integer(
 flags.DEFINE_string(
     "token",
     None,
-    "The token figures 3-4 follow, in every sentence: its index or its text (default: the word whose attention "
-    "reaches farthest).",
+    "The token figures 3-4 follow, in every sentence: its index, or its text when not a number (default: the word "
+    "whose attention reaches farthest).",
 )
 flags.DEFINE_list("heads", None, "The two heads of figure 4, e.g. 4,5 (default: the two sharpest from the token).")
 flags.DEFINE_bool(
@@ -98,35 +98,46 @@ def main(argv):
     heads = _heads()
     from tf_transformer.inference import attention_report as report
 
+    # Every sentence is translated and checked (--layer, --token, --heads) before the first figure is drawn,
+    # and each sentence's attention.json is written with its figures: a failure leaves no half-drawn sentence.
     try:
         if FLAGS.model:
             layer, results = report.export_attention(FLAGS.model, sentences)
-            drawn = []
-            for number, result in enumerate(results, start=1):
-                directory = os.path.join(FLAGS.output, f"sentence_{number}")
-                info = report.write_export_figure(result, layer, directory, words=FLAGS.words)
-                drawn.append((directory, result["source"], result["translation"], info))
+            draws = [
+                (
+                    result["source"],
+                    result["translation"],
+                    lambda d, r=result: report.write_export_figure(r, layer, d, FLAGS.words),
+                )
+                for result in results
+            ]
         else:
+            from tf_transformer.attention_maps import penultimate
             from tf_transformer.run_dir import load_run
 
             config, _ = load_run(FLAGS.model_dir)
-            layer = report.penultimate(config.num_layers) if FLAGS.layer is None else FLAGS.layer
+            layer = penultimate(config.num_layers) if FLAGS.layer is None else FLAGS.layer
             if layer >= config.num_layers:
                 raise ValueError(f"--layer {layer}: the model has layers 0 to {config.num_layers - 1}")
             results = report.run_attention(FLAGS.model_dir, sentences, FLAGS.checkpoint, FLAGS.beam_size, FLAGS.alpha)
-            drawn = []
-            for number, (source, translation, maps) in enumerate(results, start=1):
-                directory = os.path.join(FLAGS.output, f"sentence_{number}")
-                maps = maps.words() if FLAGS.words else maps
-                info = report.write_figures(maps, directory, layer, FLAGS.token, heads)
-                drawn.append((directory, source, translation, info))
+            results = [
+                (source, translation, maps.words() if FLAGS.words else maps) for source, translation, maps in results
+            ]
+            for _, _, maps in results:
+                report.choose(maps, layer, FLAGS.token, heads)
+            draws = [
+                (source, translation, lambda d, m=maps: report.write_figures(m, d, layer, FLAGS.token, heads))
+                for source, translation, maps in results
+            ]
+        for number, (source, translation, draw) in enumerate(draws, start=1):
+            directory = os.path.join(FLAGS.output, f"sentence_{number}")
+            info = draw(directory)
+            with open(os.path.join(directory, "attention.json"), "w", encoding="utf-8") as handle:
+                json.dump({"source": source, "translation": translation, **info}, handle, indent=2, ensure_ascii=False)
+            print(f"{directory}: {len(info['figures'])} figures · {translation}", file=sys.stderr)
     except (ValueError, FileNotFoundError) as error:
         raise app.UsageError(str(error)) from None
-    for directory, source, translation, info in drawn:
-        with open(os.path.join(directory, "attention.json"), "w", encoding="utf-8") as handle:
-            json.dump({"source": source, "translation": translation, **info}, handle, indent=2, ensure_ascii=False)
-        print(f"{directory}: {len(info['figures'])} figures · {translation}", file=sys.stderr)
-    print(json.dumps({"output": FLAGS.output, "sentences": len(drawn)}))
+    print(json.dumps({"output": FLAGS.output, "sentences": len(draws)}))
 
 
 def run():

@@ -20,8 +20,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from tf_transformer.attention_figures import head_grid, save_png, token_lines, two_heads
-from tf_transformer.attention_maps import KINDS, SPECIAL, AttentionMaps, merge_pieces, words_of
-from tf_transformer.constants import EOS_ID, PAD_ID
+from tf_transformer.attention_maps import (
+    KINDS,
+    SPECIAL,
+    AttentionMaps,
+    hypothesis_length,
+    merge_pieces,
+    words_of,
+)
 
 UNITS_NOTE = {
     "pieces": "SentencePiece pieces",
@@ -32,11 +38,6 @@ AXES = {
     "decoder": ("target token being predicted", "decoder input attended to (<s> first)"),
     "cross": ("target token being predicted", "source token attended to"),
 }
-
-
-def penultimate(num_layers: int) -> int:
-    """The default layer of the paper-style figures, from 0: figures 3–5 show layer 5 of 6."""
-    return max(num_layers - 2, 0)
 
 
 def farthest_token(weights: np.ndarray, tokens: Sequence[str]) -> int:
@@ -74,6 +75,20 @@ def find_token(tokens: Sequence[str], token: str) -> int:
     raise ValueError(f"--token {token!r} is not in the sentence; its tokens are {' '.join(tokens)}")
 
 
+def choose(
+    maps: AttentionMaps, layer: int, token: str | None, heads: tuple[int, int] | None
+) -> tuple[int, tuple[int, int]]:
+    """The token and the two heads figures 3–4 show (see :func:`write_figures`); a ``ValueError`` names a wrong one."""
+    num_layers, num_heads = maps.encoder.shape[:2]
+    if not 0 <= layer < num_layers:
+        raise ValueError(f"--layer {layer}: the model has layers 0 to {num_layers - 1}")
+    if heads is not None and not all(0 <= head < num_heads for head in heads):
+        raise ValueError(f"--heads {heads}: the model has heads 0 to {num_heads - 1}")
+    weights = maps.encoder[layer]  # [heads, source, source]
+    query = farthest_token(weights, maps.source) if token is None else find_token(maps.source, token)
+    return query, heads or sharpest_heads(weights, query)
+
+
 def write_figures(
     maps: AttentionMaps,
     output: str,
@@ -90,12 +105,8 @@ def write_figures(
     (index or text; default :func:`farthest_token`); ``heads``: which two (default
     :func:`sharpest_heads`).
     """
+    query, heads = choose(maps, layer, token, heads)
     num_layers = maps.encoder.shape[0]
-    if not 0 <= layer < num_layers:
-        raise ValueError(f"--layer {layer}: the model has layers 0 to {num_layers - 1}")
-    num_heads = maps.encoder.shape[1]
-    if heads is not None and not all(0 <= head < num_heads for head in heads):
-        raise ValueError(f"--heads {heads}: the model has heads 0 to {num_heads - 1}")
     os.makedirs(output, exist_ok=True)
     unit = UNITS_NOTE[maps.unit]
     files = []
@@ -109,8 +120,6 @@ def write_figures(
             files.append(path)
 
     weights = maps.encoder[layer]  # [heads, source, source]
-    query = farthest_token(weights, maps.source) if token is None else find_token(maps.source, token)
-    heads = heads or sharpest_heads(weights, query)
     where = f"encoder self-attention, layer {layer + 1} of {num_layers} ({unit})"
     figure3 = os.path.join(output, f"figure3_layer{layer + 1}.png")
     save_png(token_lines(weights, maps.source, maps.source, query, f"'{maps.source[query]}': {where}"), figure3)
@@ -159,16 +168,10 @@ def run_attention(
         source = translator.encode_strings(tf.constant([sentence]))  # [1, src_len]
         ids, _, _ = translator.search(source)  # [1, beam, out_len]
         best = ids[0, 0].numpy()
-        target = best[: _length(best)]  # up to and with EOS
+        target = best[: hypothesis_length(best)]  # up to and with EOS
         text = tokenizer.detokenize(tf.constant([target])).numpy()[0].decode("utf-8")
         results.append((sentence, text, attention_maps(model, source[0].numpy(), target, piece)))
     return results
-
-
-def _length(ids: np.ndarray) -> int:
-    """Tokens up to and with the first EOS (all real tokens where a search stopped at its length limit)."""
-    ends = np.flatnonzero(ids == EOS_ID)
-    return int(ends[0]) + 1 if len(ends) else int(np.count_nonzero(ids != PAD_ID))
 
 
 def export_attention(model_path: str, sentences: Sequence[str]) -> tuple[int, list[dict]]:
@@ -176,9 +179,9 @@ def export_attention(model_path: str, sentences: Sequence[str]) -> tuple[int, li
 
     Returns ``(layer, results)``: the decoder layer the export aligns with (from 0)
     and, per sentence, its ``source``, ``translation``, ``alignment`` (``"i-j …"``),
-    ``source_tokens``, ``target_tokens`` and ``attention [target, source]``. The
-    signature returns no ids, so the translation is tokenized again with the
-    export's ``assets/sp.model`` (SentencePiece gives back the pieces it decoded).
+    ``source_tokens``, ``target_tokens`` and ``attention [target, source]``. The rows
+    are labelled with the translation's own ids, which the signature returns; the
+    source is tokenized as the graph does, with the export's ``assets/sp.model``.
     """
     import sentencepiece as spm
     import tensorflow as tf
@@ -193,23 +196,24 @@ def export_attention(model_path: str, sentences: Sequence[str]) -> tuple[int, li
             "or give --model_dir for every layer and head"
         )
     signature = tf.saved_model.load(model_path).signatures["translate_with_alignment"]
+    if "ids" not in signature.structured_outputs:
+        raise ValueError(f"{model_path}: its translate_with_alignment signature returns no ids; export it again")
     processor = spm.SentencePieceProcessor(model_file=os.path.join(model_path, "assets", "sp.model"))
     results = []
     for sentence in sentences:
         outputs = signature(inputs=tf.constant([sentence]))
-        translation = outputs["translations"].numpy()[0].decode("utf-8")
+        ids = outputs["ids"].numpy()[0]
+        target = [processor.id_to_piece(int(i)) for i in ids[: hypothesis_length(ids)]]
         source = [*processor.encode(sentence.strip(), out_type=str), "</s>"]
-        target = [*processor.encode(translation, out_type=str), "</s>"]
         attention = outputs["attention"].numpy()[0]  # [out_len, src_len], padded
-        if attention.shape[0] < len(target) or attention.shape[1] < len(source):
+        if attention.shape[1] < len(source):  # a source the export cut (--truncate_source)
             raise ValueError(
-                f"{model_path}: the attention returned for {sentence!r} ({attention.shape}) is smaller than its "
-                f"{len(target)} target and {len(source)} source tokens"
+                f"{model_path}: the export cut {sentence!r} to {attention.shape[1]} of its {len(source)} tokens"
             )
         results.append(
             {
                 "source": sentence,
-                "translation": translation,
+                "translation": outputs["translations"].numpy()[0].decode("utf-8"),
                 "alignment": outputs["alignments"].numpy()[0].decode("utf-8"),
                 "source_tokens": source,
                 "target_tokens": target,

@@ -275,10 +275,12 @@ class Translator(tf.Module):
         ``layer``: the decoder layer whose encoder–decoder attention (heads
         averaged) aligns, counting from 0 (negative: from the top). Returns, besides
         ``translations`` and ``scores``, ``alignments: string[batch]`` of
-        source-target word pairs ``"i-j …"`` (:mod:`~tf_transformer.inference.alignment`)
-        and ``attention: float32[batch, out_len, src_len]``, over the pieces with EOS.
-        The attention comes from a teacher-forced pass over the translation after
-        the search, which the search itself does not change.
+        source-target word pairs ``"i-j …"`` (:mod:`~tf_transformer.inference.alignment`),
+        ``attention: float32[batch, out_len, src_len]`` over the pieces with EOS, and
+        ``ids: int32[batch, out_len]``, the translation's pieces that label the
+        attention's rows (0-padded; all 0 for an empty input). The attention comes
+        from a teacher-forced pass over the translation after the search, which the
+        search itself does not change.
         """
         texts = tf.convert_to_tensor(texts, tf.string)
         empty = tf.equal(tf.strings.length(tf.strings.strip(texts)), 0)  # [batch]
@@ -293,4 +295,5 @@ class Translator(tf.Module):
             "scores": tf.where(empty, 0.0, scores[:, 0]),
             "alignments": tf.where(empty, "", alignments),
             "attention": attention,
+            "ids": tf.where(empty[:, None], PAD_ID, best),
         }

@@ -13,6 +13,7 @@ from absl import logging
 
 from tf_transformer import run_dir
 from tf_transformer.attention_figures import head_grid, png_bytes
+from tf_transformer.attention_maps import penultimate
 from tf_transformer.training.optimizers import current_learning_rate, micro_batches_done
 
 
@@ -317,7 +318,7 @@ class TrainingMonitor(keras.callbacks.Callback):
         sentences = self.dev_sources[: self.attention_images]
         for number, maps in enumerate(self.attention(sentences), start=1):
             layers = maps.cross.shape[0]
-            layer = max(layers - 2, 0)  # the paper's figures show layer 5 of 6
+            layer = penultimate(layers)
             cross = head_grid(
                 maps.cross.mean(axis=1),  # [layers, target, source]: heads averaged
                 maps.target,

@@ -12,14 +12,13 @@ import math
 import os
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 import pipelines
 from configs import RunOptions, TransformerConfig
 from tf_transformer import run_dir
-from tf_transformer.attention_maps import AttentionMaps, attention_maps
-from tf_transformer.constants import EOS_ID, PAD_ID
+from tf_transformer.attention_maps import AttentionMaps, attention_maps, hypothesis_length
+from tf_transformer.constants import EOS_ID
 from tf_transformer.inference import IncrementalDecoder, greedy_search
 from tf_transformer.training.callbacks import TargetTokens
 from tf_transformer.training.losses import LabelSmoothedCrossEntropy, TokenAccuracy, TokenPerplexity
@@ -108,8 +107,7 @@ def attention_fn(model, tokenizer, extra_length: int = 50):
         for source in sources:
             ids = [*processor.encode(source.strip()), EOS_ID]
             output = decode(tf.constant([ids], tf.int32))[0].numpy()
-            ends = np.flatnonzero(output == EOS_ID)
-            target = output[: ends[0] + 1] if len(ends) else output[output != PAD_ID]
+            target = output[: hypothesis_length(output)]
             found.append(attention_maps(model, ids, target, processor.id_to_piece))
         return found
 
