@@ -37,10 +37,11 @@ def test_a_worker_is_compared_with_the_chief_on_every_option_and_config_field():
     chief = (config.replace(vocab_size=120), run)
     # What each worker sets for itself, and values that take the same effect, are no difference.
     same = {**run, "budget_start": 12.5, "verbose": 0, "tokens": config.tokens_per_batch, "jit_compile": False}
+    same |= {"max_minutes": 3.0, "worker_timeout": 60.0}  # a worker's own clock: the first to run out stops all
     assert differing_options(chief, (config.replace(vocab_size=120), same)) == []
 
     changes = {"train_steps": 31, "checkpoint_every": 5, "accumulate_steps": 2, "precision": "mixed_bfloat16"}
-    changes |= {"max_minutes": 10.0, "epochs": 3, "steps_per_epoch": 7}
+    changes |= {"epochs": 3, "steps_per_epoch": 7}
     worker = (config.replace(vocab_size=256, dropout=0.1), {**run, **changes})
     differing = differing_options(chief, worker)
     for name, value in changes.items():

@@ -152,7 +152,9 @@ def _wait_for_chief(model_dir: str, token: int, seconds: float, name: str) -> No
 
 
 # Options each worker sets for itself: when its own time budget starts counting, how it prints progress.
-_OWN_OPTIONS = frozenset({"budget_start", "verbose"})
+# Each worker's own: its clock (the workers agree through the step's collective to stop at the first budget to
+# run out), how long it waits for the chief's files, and what it prints.
+_OWN_OPTIONS = frozenset({"budget_start", "max_minutes", "worker_timeout", "verbose"})
 
 
 def differing_options(chief: tuple[TransformerConfig, dict], worker: tuple[TransformerConfig, dict]) -> list[str]:
@@ -319,7 +321,10 @@ def _train(config, options, model_dir, strategy, cluster) -> dict:
         dev_sources=dev_sources,
         dev_references=dev_references,
         translate=translate_fn(model, tokenizer, config.extra_decode_length) if dev_sources else None,
-        attention=attention_fn(model, tokenizer, config.extra_decode_length) if dev_sources else None,
+        # Images only where someone reads them: the chief's logs (the others' go to .worker-<i>).
+        attention=attention_fn(model, tokenizer, config.extra_decode_length)
+        if dev_sources and cluster.is_chief
+        else None,
         attention_images=options.attention_images,
     )
     callbacks = [position, checkpointer, StopAtStep(train_steps), monitor]
