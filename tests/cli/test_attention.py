@@ -1,20 +1,17 @@
 """tft-attention: every layer and the paper-style figures from a run, the export's one layer, flags checked."""
 
 import json
-import subprocess
 
 import pytest
 from matplotlib.image import imread
 
-from tests.commands import BIN
+from tests.commands import run_command
 
 KINDS = ("encoder", "decoder", "cross")
 
 
-def attention_cli(*flags, input_text=None):
-    return subprocess.run(
-        [str(BIN / "tft-attention"), *flags], input=input_text, capture_output=True, text=True, timeout=600
-    )
+def attention_cli(*flags):
+    return run_command("tft-attention", *flags)
 
 
 def test_a_run_gets_every_layer_and_the_paper_figures(tiny_run, tmp_path):

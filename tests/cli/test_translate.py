@@ -5,28 +5,35 @@ import subprocess
 import numpy as np
 import pytest
 
-from tests.commands import BIN
+from tests.commands import BIN, run_command
 
 
 def test_translate_cli_keeps_input_order(tiny_export):
     lines = ["zeta", "alpha beta gamma delta epsilon", "", "omega"]
-    result = subprocess.run(
-        [str(BIN / "tft-translate"), "--model", str(tiny_export), "--batch_size", "2", "--workers", "2"],
+    result = run_command(
+        "tft-translate",
+        "--model",
+        str(tiny_export),
+        "--batch_size",
+        "2",
+        "--workers",
+        "2",
         input="\n".join(lines) + "\n",
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     outputs = result.stdout.split("\n")[:-1]
     assert len(outputs) == 4 and outputs[2] == ""
     assert "translated 4" in result.stderr
-    single = subprocess.run(  # one sentence, TensorFlow's thread pools set by flag
-        [str(BIN / "tft-translate"), "--model", str(tiny_export), "--intra_op_threads", "1", "--inter_op_threads", "2"],
+    # One sentence, TensorFlow's thread pools set by flag.
+    single = run_command(
+        "tft-translate",
+        "--model",
+        str(tiny_export),
+        "--intra_op_threads",
+        "1",
+        "--inter_op_threads",
+        "2",
         input="omega\n",
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert single.stdout.split("\n")[0] == outputs[3]
 
@@ -35,21 +42,20 @@ def test_translate_cli_keeps_input_order(tiny_export):
 def test_translate_cli_prints_alignments(tiny_export):
     import re
 
-    result = subprocess.run(
-        [str(BIN / "tft-translate"), "--model", str(tiny_export), "--alignment", "--scores"],
+    result = run_command(
+        "tft-translate",
+        "--model",
+        str(tiny_export),
+        "--alignment",
+        "--scores",
         input="alpha beta gamma\n\nzeta omega\n",
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [line.split("\t") for line in result.stdout.split("\n")[:-1]]
     assert len(rows) == 3 and all(len(row) == 3 for row in rows) and rows[1][1:] == ["", ""]
     for _, text, alignment in rows:
         assert re.fullmatch(r"(\d+-\d+( \d+-\d+)*)?", alignment) and len(alignment.split()) == len(text.split())
-    refused = subprocess.run(
-        [str(BIN / "tft-translate"), "--model_dir", "anything", "--alignment"], capture_output=True, text=True
-    )
+    refused = run_command("tft-translate", "--model_dir", "anything", "--alignment")
     assert refused.returncode != 0 and "--alignment needs --model" in refused.stderr
 
 
@@ -142,46 +148,38 @@ def test_translate_cli_keeps_what_was_translated_when_a_line_fails(tiny_export, 
 @pytest.mark.slow
 def test_translate_cli_from_a_run_with_nbest(tiny_run, tiny_export):
     lines = ["zeta", "alpha beta"]
-    result = subprocess.run(
-        [str(BIN / "tft-translate"), "--model_dir", str(tiny_run), "--beam_size", "3", "--nbest", "2"],
-        input="\n".join(lines) + "\n",
-        capture_output=True,
-        text=True,
-        timeout=600,
+    result = run_command(
+        "tft-translate", "--model_dir", str(tiny_run), "--beam_size", "3", "--nbest", "2", input="\n".join(lines) + "\n"
     )
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [line.split("\t") for line in result.stdout.strip("\n").split("\n")]
     assert [r[0] for r in rows] == ["0", "0", "1", "1"]
     assert float(rows[0][1]) >= float(rows[1][1]) and float(rows[2][1]) >= float(rows[3][1])
-    streams = subprocess.run(
-        [str(BIN / "tft-translate"), "--model_dir", str(tiny_run), "--beam_size", "3", "--nbest", "2"]
-        + ["--streams", "2", "--intra_op_threads", "1", "--inter_op_threads", "2"],
+    streams = run_command(
+        "tft-translate",
+        "--model_dir",
+        str(tiny_run),
+        "--beam_size",
+        "3",
+        "--nbest",
+        "2",
+        "--streams",
+        "2",
+        "--intra_op_threads",
+        "1",
+        "--inter_op_threads",
+        "2",
         input="\n".join(lines) + "\n",
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert streams.returncode == 0, streams.stderr[-3000:]
     split_rows = [line.split("\t") for line in streams.stdout.strip("\n").split("\n")]
     assert [(r[0], r[2]) for r in split_rows] == [(r[0], r[2]) for r in rows]  # one sentence per stream: same n-best
     np.testing.assert_allclose([float(r[1]) for r in split_rows], [float(r[1]) for r in rows], atol=2e-4)
-    refused = subprocess.run(
-        [str(BIN / "tft-translate"), "--model", str(tiny_export), "--nbest", "2"],
-        input="zeta\n",
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    refused = run_command("tft-translate", "--model", str(tiny_export), "--nbest", "2", input="zeta\n")
     assert refused.returncode != 0 and "--model_dir" in refused.stderr
 
 
 def test_translate_names_a_missing_model(tmp_path):
     for flag in ("--model", "--model_dir"):
-        result = subprocess.run(
-            [str(BIN / "tft-translate"), flag, str(tmp_path / "nothing")],
-            input="zeta\n",
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        result = run_command("tft-translate", flag, str(tmp_path / "nothing"), input="zeta\n", timeout=120)
         assert result.returncode != 0 and flag in result.stderr and "Traceback" not in result.stderr
