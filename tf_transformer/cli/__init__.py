@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 from absl import app, flags
 
 from tf_transformer.cli.startup import start_tensorflow
 
+# Flags defined through the helpers below (define_thread_flags) belong to the command module that
+# calls them, as if it had defined them itself: absl counts them among its key flags, which --help shows.
+flags.disclaim_key_flags()
+
 
 def run_main(main) -> None:
-    """``absl.app.run(main)``, with TensorFlow started quietly once the flags have parsed (``--help`` stays fast)."""
+    """``absl.app.run(main)``, with TensorFlow started quietly once the flags have parsed (``--help`` stays fast).
+
+    ``--help`` (``-h``, ``--helpshort``) prints the command's module docstring and its own flags
+    (see :func:`describe_command`) and exits with status 0; ``--helpfull`` adds absl's flags.
+    """
+    describe_command(sys.modules[main.__module__])
 
     def started(argv):
         start_tensorflow()
@@ -17,13 +29,56 @@ def run_main(main) -> None:
     app.run(started)
 
 
+def describe_command(command) -> None:
+    """Makes absl's short help (``--help``, and the usage a usage error prints) describe ``command``, a module.
+
+    absl's short help is the docstring of ``__main__`` followed by the key flags of the module
+    named ``sys.argv[0]``. Run as a console script (``tft-train``), ``__main__`` is the wrapper
+    that pip generates, with no docstring and no flags, so the help listed no flag at all. The
+    wrapper gets the command's docstring, without its reST markup, and the command's key flags.
+    """
+    main_module = sys.modules["__main__"]
+    if command is not main_module:
+        for flag in flags.FLAGS.get_key_flags_for_module(command.__name__):
+            flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+    if command.__doc__:
+        main_module.__doc__ = command.__doc__.replace("``", "")
+    app.define_help_flags()
+    for flag in (_HelpFlag(), _HelpshortFlag()):
+        flags.DEFINE_flag(flag, module_name=app.__name__)  # replaces absl's flag of the same name
+
+
+class _HelpFlag(app.HelpFlag):
+    """absl's ``--help``, also as ``-h``, with exit status 0: help that was asked for is no error."""
+
+    SHORT_NAME = "h"
+
+    def __init__(self):
+        super().__init__()
+        self.allow_override = True
+
+    def parse(self, arg):
+        if self._parse(arg):
+            try:
+                app.usage(shorthelp=True, writeto_stdout=True)
+                print("\nTry --helpfull to get a list of all flags.", flush=True)
+            except BrokenPipeError:  # tft-train --help | head: the reader has all it wanted
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
+
+
+class _HelpshortFlag(_HelpFlag):
+    """``--helpshort``, an alias for ``--help``."""
+
+    NAME = "helpshort"
+    SHORT_NAME = None
+
+
 def check_model_flags(model: str | None, model_dir: str | None) -> None:
     """Exactly one of ``--model`` (an export's version directory) and ``--model_dir`` (a run), and it is one.
 
     Paths are read with ``tf.io.gfile``, as run directories are (``gs://`` included).
     """
-    import os
-
     import tensorflow as tf
 
     from tf_transformer.run_dir import CONFIG_FILE
@@ -63,8 +118,6 @@ def apply_thread_flags(workers: int = 1) -> None:
     search that runs it, instead of each op being split across all cores.
     ``--inter_op_threads`` left at 0 becomes at least ``workers``.
     """
-    import os
-
     import tensorflow as tf
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
