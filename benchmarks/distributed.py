@@ -36,7 +36,7 @@ flags.DEFINE_string("data", "../shared/data/multi30k", "Corpus directory holding
 flags.DEFINE_string("src", "en", "Source language code.")
 flags.DEFINE_string("tgt", "de", "Target language code.")
 flags.DEFINE_string("config", "small", "Model preset.")
-flags.DEFINE_integer("tokens", 4096, "Global token budget per batch and side.")
+flags.DEFINE_integer("tokens_per_batch", 4096, "Global token budget per batch and side.")
 flags.DEFINE_integer("warmup", 5, "Steps a first run trains (making the vocabulary and data cache).")
 flags.DEFINE_integer("steps", 30, "Steps measured.")
 
@@ -62,7 +62,7 @@ def _run(layout: str, model_dir: str, steps: int) -> dict:
         f"--src={FLAGS.src}",
         f"--tgt={FLAGS.tgt}",
         "--dev_split=",
-        f"--tokens={FLAGS.tokens}",
+        f"--tokens_per_batch={FLAGS.tokens_per_batch}",
         f"--train_steps={steps}",
         "--checkpoint_every=0",
         f"--model_dir={model_dir}",
@@ -111,8 +111,8 @@ def _tokens(model_dir: str, first: int, last: int) -> int:
     data = pipelines.training_dataset(
         corpus,
         tokenizer,
-        tokens_per_batch=FLAGS.tokens,
-        max_length=config.max_sequence_length,
+        tokens_per_batch=FLAGS.tokens_per_batch,
+        max_train_length=config.max_train_length,
         seed=1,
         deterministic=True,
         repeat=True,
@@ -143,7 +143,7 @@ def main(argv):
                 "benchmark": "distributed",
                 "machine": machine(),
                 "config": FLAGS.config,
-                "tokens": FLAGS.tokens,
+                "tokens_per_batch": FLAGS.tokens_per_batch,
                 "steps": FLAGS.steps,
                 "layouts": results,
                 "mirrored_2_vs_one_device": round(results["mirrored_2"]["tokens_per_second"] / baseline, 3),

@@ -4,7 +4,7 @@
         --test test_2016_flickr --key test2016 --minutes 40
     benchmarks/multi30k.sh en de      # the same run, the way docs/benchmarks.md reports it
 
-Trains a preset (the recipe: ``--config``, ``--set``, ``--tokens``,
+Trains a preset (the recipe: ``--config``, ``--set``, ``--tokens_per_batch``,
 ``--vocab_size``) for at most ``--minutes`` of wall-clock time, then picks on
 the dev split alone how many of the last checkpoints to average (beam search,
 the paper's α), exports that model and decodes the test split through the
@@ -31,12 +31,12 @@ flags.DEFINE_string("test", "test_2016_flickr", "Test split, only for reporting.
 flags.DEFINE_string("key", "test2016", "Suffix of the test scores' JSON keys.")
 flags.DEFINE_string("config", "small", "Preset.")
 flags.DEFINE_multi_string("set", [], "Config overrides, e.g. --set dropout=0.2.")
-flags.DEFINE_integer("tokens", None, "Tokens per batch and side (default: the preset's).")
+flags.DEFINE_integer("tokens_per_batch", None, "Tokens per batch and side (default: the preset's).")
 flags.DEFINE_integer("vocab_size", None, "Shared SentencePiece vocabulary (default: the preset's).")
 flags.DEFINE_float("minutes", 40.0, "Wall-clock training budget, vocabulary and data preparation included.")
 flags.DEFINE_integer("checkpoint_every", 200, "Checkpoint interval in steps.")
 flags.DEFINE_list("average", ["1", "3", "5", "8"], "Numbers of last checkpoints to try averaging (chosen on dev).")
-flags.DEFINE_string("precision", "mixed_bfloat16", "Training precision (bf16 without XLA is fastest on CPU).")
+flags.DEFINE_string("precision", "auto", "Training precision (auto: bfloat16 where the CPU computes in it).")
 flags.DEFINE_string("model_dir", None, "Run directory (default: runs/quality_<corpus>_<src>_<tgt>).")
 flags.DEFINE_integer("seed", 1, "Seed.")
 
@@ -77,15 +77,14 @@ def main(argv):
         max_minutes=FLAGS.minutes - 0.5,  # the last epoch's validation and checkpoint fit in the rest
         checkpoint_every=FLAGS.checkpoint_every,
         keep_checkpoints=max(int(n) for n in FLAGS.average),
-        tokens=FLAGS.tokens,
+        tokens_per_batch=FLAGS.tokens_per_batch,
         precision=FLAGS.precision,
         vocab_size=FLAGS.vocab_size,
         dev_bleu_sentences=100,
         seed=FLAGS.seed,
         verbose=2,
-        budget_start=start,
     )
-    summary = train(config, options, model_dir)
+    summary = train(config, options, model_dir, budget_start=start)
     wall = time.perf_counter() - start
     epochs = summary["steps"] / summary["steps_per_epoch"]
     tokens_per_second = summary["stats"]["target_tokens"] * epochs / summary["train_seconds"]
@@ -139,9 +138,9 @@ def main(argv):
         "train_tokens_per_second": round(tokens_per_second),
         "config": config.name,
         "overrides": FLAGS.set,
-        "tokens_per_batch": FLAGS.tokens or config.tokens_per_batch,
+        "tokens_per_batch": FLAGS.tokens_per_batch or config.tokens_per_batch,
         "vocab_size": FLAGS.vocab_size or config.vocab_size,
-        "precision": FLAGS.precision,
+        "precision": summary["precision"],
         "machine": machine(),
         "tensorflow": tf.__version__,
     }

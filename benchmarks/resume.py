@@ -30,7 +30,7 @@ flags.DEFINE_string("src", "en", "Source language code.")
 flags.DEFINE_string("tgt", "de", "Target language code.")
 flags.DEFINE_string("split", "train", "Split to read.")
 flags.DEFINE_string("config", "small", "Preset whose tokens per batch, length filter and vocabulary size are used.")
-flags.DEFINE_integer("tokens", None, "Global token budget per side (default: the preset's).")
+flags.DEFINE_integer("tokens_per_batch", None, "Global token budget per side (default: the preset's).")
 flags.DEFINE_multi_integer("epoch", [1, 20], "Epochs (counted from 0) to resume in, at their middle batch.")
 flags.DEFINE_integer("repeats", 2, "Timings per setting (the best is reported).")
 flags.DEFINE_bool("skip", True, "Also time `skip` over the stream from its start (the old way).")
@@ -50,12 +50,12 @@ def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)
     config = get_config(FLAGS.config)
-    tokens, max_length = FLAGS.tokens or config.tokens_per_batch, config.max_sequence_length
+    tokens, max_length = FLAGS.tokens_per_batch or config.tokens_per_batch, config.max_train_length
     corpus = find_split(FLAGS.data, FLAGS.split, FLAGS.src, FLAGS.tgt)
     with tempfile.TemporaryDirectory() as work:
         model = train_sentencepiece(corpus.pairs(), os.path.join(work, "sp.model"), vocab_size=config.vocab_size)
         tokenizer = Tokenizer(model)
-        settings = dict(tokens_per_batch=tokens, max_length=max_length, seed=1, deterministic=True, repeat=True)
+        settings = dict(tokens_per_batch=tokens, max_train_length=max_length, seed=1, deterministic=True, repeat=True)
 
         def build():
             return training_dataset(corpus, tokenizer, cache_dir=os.path.join(work, "cache"), **settings)

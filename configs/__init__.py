@@ -1,6 +1,6 @@
 """Model and training presets (``tiny``, ``small``, ``base``, ``big``, Table 3's rows) and run options."""
 
-from configs.run import PRECISIONS, STRATEGIES, RunOptions
+from configs.run import PRECISIONS, STRATEGIES, RunOptions, renamed_options
 from configs.transformer import PRESETS, TransformerConfig, get_config, parse_overrides, preset_names
 
 __all__ = [
@@ -12,4 +12,5 @@ __all__ = [
     "get_config",
     "parse_overrides",
     "preset_names",
+    "renamed_options",
 ]

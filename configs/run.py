@@ -5,7 +5,17 @@ from __future__ import annotations
 import dataclasses
 
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker")
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
+
+# Option names of earlier versions (config.json files they wrote) → today's. ``budget_start`` was a
+# process-local clock value, not an option of the run: it is no longer stored and is dropped on reading.
+RENAMED_OPTIONS = {"tokens": "tokens_per_batch", "max_length": "max_train_length"}
+DROPPED_OPTIONS = ("budget_start",)
+
+
+def renamed_options(run: dict) -> dict:
+    """A stored run's options (``config.json``'s ``run``) under today's names (:data:`RENAMED_OPTIONS`)."""
+    return {RENAMED_OPTIONS.get(name, name): value for name, value in run.items() if name not in DROPPED_OPTIONS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -13,8 +23,10 @@ class RunOptions:
     """How to train (the model itself is a :class:`configs.TransformerConfig`).
 
     ``train_steps`` counts optimizer updates; ``steps_per_epoch`` counts
-    micro-batches (one data pass by default). ``tokens`` is the global budget per
-    side; ``None`` takes the preset's.
+    micro-batches (one data pass by default). ``tokens_per_batch`` is the global
+    budget per side and ``max_train_length`` the longest pair side kept; ``None``
+    takes the preset's. ``precision`` and ``jit_compile`` are resolved for the
+    machine by :func:`tf_transformer.training.run_options.resolve` (``auto``, ``None``).
     """
 
     data: str
@@ -27,9 +39,9 @@ class RunOptions:
     steps_per_epoch: int | None = None
     checkpoint_every: int | None = 1000
     keep_checkpoints: int = 10
-    tokens: int | None = None
-    max_length: int | None = None
-    precision: str = "float32"
+    tokens_per_batch: int | None = None
+    max_train_length: int | None = None
+    precision: str = "auto"
     strategy: str = "auto"
     jit_compile: bool | None = None
     accumulate_steps: int = 1
@@ -40,7 +52,6 @@ class RunOptions:
     attention_images: int = 3  # of the dev BLEU sentences: their attention drawn in TensorBoard each epoch
     log_every: int = 50
     max_minutes: float | None = None
-    budget_start: float | None = None  # time.perf_counter() at which max_minutes starts (default: the first step)
     init_from: str | None = None  # a run directory or checkpoint whose weights start a new run (fine-tuning)
     worker_timeout: float = 600.0  # multi_worker: seconds a worker waits for the chief's vocabulary and config.json
     verbose: int | str = "auto"  # 0: no progress lines; anything else: one per epoch (and a minute)

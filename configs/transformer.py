@@ -32,7 +32,7 @@ class TransformerConfig:
       attention_dropout: dropout on attention weights (not in the paper: 0).
       relu_dropout: dropout after the FFN's ReLU (not in the paper: 0).
       position: ``"sinusoidal"`` (section 3.5) or ``"learned"`` (Table 3 row E).
-      max_length: longest position a learned embedding can represent.
+      max_positions: longest position a learned embedding can represent.
       pre_norm: ``False`` is the paper's post-LN ``LayerNorm(x + Sublayer(x))``;
         ``True`` is the common pre-LN variant ``x + Sublayer(LayerNorm(x))``.
       layer_norm_epsilon: epsilon of every LayerNormalization.
@@ -41,10 +41,10 @@ class TransformerConfig:
       vocab_size: the shared source/target vocabulary size (section 5.1).
       shared_embeddings: one matrix for source and target embeddings and the
         pre-softmax projection (section 3.4). ``False`` gives the source its own
-        embedding (of ``src_vocab_size``) while the target embedding stays tied
-        to the output projection.
-      src_vocab_size: source vocabulary size when ``shared_embeddings=False``
-        (``None`` → ``vocab_size``).
+        embedding (of ``source_vocab_size``) while the target embedding stays
+        tied to the output projection.
+      source_vocab_size: source vocabulary size when ``shared_embeddings=False``
+        (``None`` → ``vocab_size``; :attr:`encoder_vocab_size` is the size in use).
 
     Training (section 5):
       label_smoothing: ε_ls.
@@ -52,10 +52,14 @@ class TransformerConfig:
       warmup_steps: warmup of the learning-rate schedule (eq. 3).
       learning_rate_scale: multiplies eq. 3 (1.0 in the paper).
       tokens_per_batch: source (and target) tokens per global batch (5.1).
-      max_sequence_length: training length filter, in subwords, per side.
+      max_train_length: training length filter, in subwords, per side.
 
     Inference (section 6.1):
-      beam_size, length_penalty (α), extra_decode_length (max output = input + this).
+      beam_size, alpha (the length penalty α), max_extra_length (longest output =
+      input length + this).
+
+    ``config.json`` files written before the names above were settled still
+    load: :data:`RENAMED_FIELDS` maps each old field name to its new one.
     """
 
     name: str = "base"
@@ -70,30 +74,30 @@ class TransformerConfig:
     attention_dropout: float = 0.0
     relu_dropout: float = 0.0
     position: str = "sinusoidal"
-    max_length: int = 1024
+    max_positions: int = 1024
     pre_norm: bool = False
     layer_norm_epsilon: float = 1e-6
     attention_bias: bool = False
     vocab_size: int = 37000
     shared_embeddings: bool = True
-    src_vocab_size: int | None = None
+    source_vocab_size: int | None = None
     # Training.
     label_smoothing: float = 0.1
     train_steps: int = 100_000
     warmup_steps: int = 4000
     learning_rate_scale: float = 1.0
     tokens_per_batch: int = 25_000
-    max_sequence_length: int = 256
+    max_train_length: int = 256
     # Inference.
     beam_size: int = 4
-    length_penalty: float = 0.6
-    extra_decode_length: int = 50
+    alpha: float = 0.6
+    max_extra_length: int = 50
 
     def __post_init__(self):
         def fail(field, why):
             raise ValueError(f"TransformerConfig({self.name!r}).{field}: {why}")
 
-        for field in ("num_layers", "d_model", "d_ff", "num_heads", "vocab_size", "max_length"):
+        for field in ("num_layers", "d_model", "d_ff", "num_heads", "vocab_size", "max_positions"):
             if getattr(self, field) <= 0:
                 fail(field, f"must be positive, got {getattr(self, field)}")
         if self.key_dim is None and self.d_model % self.num_heads:
@@ -117,10 +121,11 @@ class TransformerConfig:
         return self.value_dim if self.value_dim is not None else self.d_model // self.num_heads
 
     @property
-    def source_vocab_size(self) -> int:
-        if self.shared_embeddings or self.src_vocab_size is None:
+    def encoder_vocab_size(self) -> int:
+        """Rows of the source embedding: ``vocab_size`` when shared (section 3.4), else ``source_vocab_size``."""
+        if self.shared_embeddings or self.source_vocab_size is None:
             return self.vocab_size
-        return self.src_vocab_size
+        return self.source_vocab_size
 
     def replace(self, **changes: Any) -> TransformerConfig:
         """A copy with ``changes`` applied; unknown field names raise ValueError."""
@@ -137,6 +142,8 @@ class TransformerConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
+        """The config of ``values`` (a ``config.json``'s ``model``); old field names are read as their new ones."""
+        values = renamed(values)
         unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise ValueError(f"Unknown TransformerConfig field(s): {', '.join(unknown)}")
@@ -145,6 +152,24 @@ class TransformerConfig:
     @classmethod
     def from_json(cls, text: str) -> TransformerConfig:
         return cls.from_dict(json.loads(text))
+
+
+# Field names of earlier versions (config.json files they wrote, ``--set`` settings) → today's.
+RENAMED_FIELDS = {
+    "max_length": "max_positions",
+    "max_sequence_length": "max_train_length",
+    "length_penalty": "alpha",
+    "extra_decode_length": "max_extra_length",
+    "src_vocab_size": "source_vocab_size",
+}
+
+
+def renamed(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with old field names (:data:`RENAMED_FIELDS`) replaced by today's; both at once is an error."""
+    both = sorted(old for old, new in RENAMED_FIELDS.items() if old in values and new in values)
+    if both:
+        raise ValueError(f"TransformerConfig: {', '.join(both)} and their new names are both set")
+    return {RENAMED_FIELDS.get(name, name): value for name, value in values.items()}
 
 
 _BASE = TransformerConfig(name="base")
@@ -185,11 +210,11 @@ PRESETS: dict[str, TransformerConfig] = {
         d_ff=64,
         num_heads=4,
         vocab_size=256,
-        max_length=256,
+        max_positions=256,
         train_steps=200,
         warmup_steps=50,
         tokens_per_batch=2048,
-        max_sequence_length=64,
+        max_train_length=64,
     ),
     # Trains on a 2-core CPU in minutes (Multi30k scale: ~8k shared subwords).
     # Peak learning rate 0.8 · 256^-0.5 · 500^-0.5 ≈ 2.2e-3 at step 500: with
@@ -205,7 +230,7 @@ PRESETS: dict[str, TransformerConfig] = {
         warmup_steps=500,
         learning_rate_scale=0.8,
         tokens_per_batch=4096,
-        max_sequence_length=128,
+        max_train_length=128,
     ),
     "base": _BASE,
     "big": _BASE.replace(name="big", d_model=1024, d_ff=4096, num_heads=16, dropout=0.3, train_steps=300_000),
@@ -217,11 +242,14 @@ def parse_overrides(settings: list[str]) -> dict[str, Any]:
     """``["dropout=0.2", "position=learned"]`` → ``{"dropout": 0.2, "position": "learned"}``.
 
     Values are JSON (numbers, booleans) or else plain strings; unknown fields raise ``ValueError``.
+    A field's old name (:data:`RENAMED_FIELDS`) is refused with its new one.
     """
     fields = [f.name for f in dataclasses.fields(TransformerConfig)]
     overrides: dict[str, Any] = {}
     for setting in settings:
         name, sep, value = setting.partition("=")
+        if name in RENAMED_FIELDS:
+            raise ValueError(f"--set {setting!r}: the field {name} is now called {RENAMED_FIELDS[name]}")
         if not sep or name not in fields:
             raise ValueError(f"--set {setting!r}: expected FIELD=VALUE with FIELD one of {', '.join(fields)}")
         try:

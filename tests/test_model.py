@@ -106,7 +106,7 @@ def test_decoder_is_causal():
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"pre_norm": True, "position": "learned"}, {"shared_embeddings": False, "src_vocab_size": 300}],
+    [{}, {"pre_norm": True, "position": "learned"}, {"shared_embeddings": False, "source_vocab_size": 300}],
 )
 def test_keras_file_round_trip(tmp_path, overrides):
     model = tiny_model(**overrides)

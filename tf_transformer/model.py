@@ -18,14 +18,14 @@ class Transformer(keras.Model):
 
     One embedding matrix serves the source, the target and the pre-softmax
     projection (section 3.4). With ``shared_embeddings=False`` the source gets
-    its own matrix of ``src_vocab_size`` rows and the target embedding stays
+    its own matrix of ``source_vocab_size`` rows and the target embedding stays
     tied to the projection. Id 0 is padding everywhere.
 
     Args:
       vocab_size: (target, or shared) vocabulary size.
       num_layers, d_model, d_ff, num_heads, key_dim, value_dim, dropout,
-      attention_dropout, relu_dropout, position, max_length, pre_norm,
-      layer_norm_epsilon, shared_embeddings, src_vocab_size: as in
+      attention_dropout, relu_dropout, position, max_positions, pre_norm,
+      layer_norm_epsilon, shared_embeddings, source_vocab_size: as in
       :class:`configs.TransformerConfig` (``key_dim``/``value_dim`` are
       required here; the factory :func:`build_transformer` resolves them).
 
@@ -56,12 +56,12 @@ class Transformer(keras.Model):
         attention_dropout: float = 0.0,
         relu_dropout: float = 0.0,
         position: str = "sinusoidal",
-        max_length: int = 1024,
+        max_positions: int = 1024,
         pre_norm: bool = False,
         layer_norm_epsilon: float = 1e-6,
         attention_bias: bool = False,
         shared_embeddings: bool = True,
-        src_vocab_size: int | None = None,
+        source_vocab_size: int | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -76,12 +76,12 @@ class Transformer(keras.Model):
         self.attention_dropout = attention_dropout
         self.relu_dropout = relu_dropout
         self.position = position
-        self.max_length = max_length
+        self.max_positions = max_positions
         self.pre_norm = pre_norm
         self.layer_norm_epsilon = layer_norm_epsilon
         self.attention_bias = attention_bias
         self.shared_embeddings = shared_embeddings
-        self.src_vocab_size = src_vocab_size
+        self.source_vocab_size = source_vocab_size
 
         policy = self.dtype_policy
         self.target_embedding = SharedEmbedding(vocab_size, d_model, dtype=policy, name="shared_embedding")
@@ -89,7 +89,7 @@ class Transformer(keras.Model):
             self.source_embedding = self.target_embedding
         else:
             self.source_embedding = SharedEmbedding(
-                src_vocab_size or vocab_size, d_model, dtype=policy, name="source_embedding"
+                source_vocab_size or vocab_size, d_model, dtype=policy, name="source_embedding"
             )
         stack = dict(
             num_layers=num_layers,
@@ -104,7 +104,7 @@ class Transformer(keras.Model):
             layer_norm_epsilon=layer_norm_epsilon,
             attention_bias=attention_bias,
             position=position,
-            max_length=max_length,
+            max_positions=max_positions,
             dtype=policy,
         )
         self.encoder = Encoder(**stack, name="encoder")
@@ -181,12 +181,12 @@ class Transformer(keras.Model):
             attention_dropout=self.attention_dropout,
             relu_dropout=self.relu_dropout,
             position=self.position,
-            max_length=self.max_length,
+            max_positions=self.max_positions,
             pre_norm=self.pre_norm,
             layer_norm_epsilon=self.layer_norm_epsilon,
             attention_bias=self.attention_bias,
             shared_embeddings=self.shared_embeddings,
-            src_vocab_size=self.src_vocab_size,
+            source_vocab_size=self.source_vocab_size,
         )
 
     @classmethod
@@ -215,12 +215,12 @@ def build_transformer(config: TransformerConfig, dtype=None, build: bool = True)
         attention_dropout=config.attention_dropout,
         relu_dropout=config.relu_dropout,
         position=config.position,
-        max_length=config.max_length,
+        max_positions=config.max_positions,
         pre_norm=config.pre_norm,
         layer_norm_epsilon=config.layer_norm_epsilon,
         attention_bias=config.attention_bias,
         shared_embeddings=config.shared_embeddings,
-        src_vocab_size=None if config.shared_embeddings else config.source_vocab_size,
+        source_vocab_size=None if config.shared_embeddings else config.encoder_vocab_size,
         dtype=dtype,
         name=f"transformer_{config.name}",
     )

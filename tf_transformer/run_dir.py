@@ -22,6 +22,7 @@ from absl import logging
 
 import pipelines
 from configs import TransformerConfig
+from configs.run import renamed_options
 from tf_transformer.model import build_transformer
 
 
@@ -128,13 +129,15 @@ def save_run(model_dir: str, config: TransformerConfig, options: dict) -> None:
 
 
 def load_run(model_dir: str) -> tuple[TransformerConfig, dict]:
-    """The model config and run options stored in ``model_dir/config.json``."""
+    """The model config and run options stored in ``model_dir/config.json``, under today's names
+    (a file of an earlier version loads: :data:`configs.transformer.RENAMED_FIELDS`,
+    :data:`configs.run.RENAMED_OPTIONS`)."""
     path = os.path.join(model_dir, CONFIG_FILE)
     if not tf.io.gfile.exists(path):
         raise FileNotFoundError(f"{path} not found: is {model_dir!r} a model directory written by tft-train?")
     with tf.io.gfile.GFile(path) as handle:
         stored = json.loads(handle.read())
-    return TransformerConfig.from_dict(stored["model"]), stored["run"]
+    return TransformerConfig.from_dict(stored["model"]), renamed_options(stored["run"])
 
 
 def vocabulary_path(model_dir: str) -> str:

@@ -63,7 +63,7 @@ def marian(size: str):
         decoder_attention_heads=config.num_heads,
         encoder_ffn_dim=config.d_ff,
         decoder_ffn_dim=config.d_ff,
-        max_position_embeddings=config.max_length,
+        max_position_embeddings=config.max_positions,
         activation_function="relu",
         dropout=config.dropout,
         attention_dropout=0.0,

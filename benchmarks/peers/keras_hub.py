@@ -30,7 +30,7 @@ def trainer(size: str, precision: str) -> Training:
 
         def embed(ids):
             return keras_hub.layers.TokenAndPositionEmbedding(
-                FLAGS.vocab_size, config.max_length, config.d_model, mask_zero=True
+                FLAGS.vocab_size, config.max_positions, config.d_model, mask_zero=True
             )(ids)
 
         memory = embed(inputs)

@@ -14,7 +14,13 @@ def test_a_run_reads_clean_and_counts_toward_its_end(train_corpus_dir, tmp_path)
     model_dir = tmp_path / "run"
     result = subprocess.run(
         [str(BIN / "tft-train"), "--config=tiny", f"--data={train_corpus_dir}", f"--model_dir={model_dir}"]
-        + ["--train_steps=30", "--max_minutes=30", "--tokens=512", "--max_length=64", "--vocab_size=120"]
+        + [
+            "--train_steps=30",
+            "--max_minutes=30",
+            "--tokens_per_batch=512",
+            "--max_train_length=64",
+            "--vocab_size=120",
+        ]
         + ["--dev_bleu_sentences=5", "--checkpoint_every=0"],
         capture_output=True,
         text=True,

@@ -85,7 +85,7 @@ def test_learned_positions():
     x = np.zeros((2, 6, 8), "float32")
     layer, out = run_layer_test(
         LearnedPositionEmbedding,
-        {"max_length": 10},
+        {"max_positions": 10},
         (x,),
         expected_output_shape=(6, 8),
         expected_num_weights=1,
@@ -141,7 +141,7 @@ def test_stacks(position, pre_norm):
     x = RNG.normal(size=(2, 5, 16)).astype("float32")
     y = RNG.normal(size=(2, 3, 16)).astype("float32")
     mask = np.ones((2, 1, 1, 5), bool)
-    stack = {**LAYER, "num_layers": 2, "position": position, "max_length": 8, "pre_norm": pre_norm}
+    stack = {**LAYER, "num_layers": 2, "position": position, "max_positions": 8, "pre_norm": pre_norm}
     extra = (1 if position == "learned" else 0) + (2 if pre_norm else 0)
     run_layer_test(
         Encoder,

@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 from configs import RunOptions, get_config
-from tf_transformer.training.multi_worker import _check_options, differing_options
-from tf_transformer.training.setup import OptionError, check_jit_compile
+from tf_transformer.training.cluster import differing_options
+from tf_transformer.training.options import OptionError, check
 
 
 def test_xla_over_logical_cpu_devices_is_refused_with_a_clear_message():
@@ -15,9 +15,10 @@ def test_xla_over_logical_cpu_devices_is_refused_with_a_clear_message():
         pytest.skip("needs two logical CPU devices and no GPU")
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     with pytest.raises(OptionError, match="--jit_compile with --strategy mirrored over 2 logical CPU devices"):
-        check_jit_compile(mirrored, True)
-    check_jit_compile(mirrored, False)
-    check_jit_compile(tf.distribute.OneDeviceStrategy("/cpu:0"), True)  # one device: XLA works
+        check(RunOptions(data="corpus", strategy="mirrored", jit_compile=True), mirrored)
+    check(RunOptions(data="corpus", strategy="mirrored", jit_compile=False), mirrored)
+    one_device = tf.distribute.OneDeviceStrategy("/cpu:0")
+    check(RunOptions(data="corpus", strategy="one_device", jit_compile=True), one_device)  # one device: XLA works
 
 
 @pytest.mark.parametrize(
@@ -28,15 +29,17 @@ def test_multi_worker_refuses_what_it_cannot_do_here(change, option):
     if change.get("jit_compile") and tf.config.list_logical_devices("GPU"):
         pytest.skip("XLA is allowed on GPU workers")
     with pytest.raises(OptionError, match=option):
-        _check_options(RunOptions(data="corpus", strategy="multi_worker", **change))
+        check(RunOptions(data="corpus", strategy="multi_worker", **change), tf.distribute.get_strategy())
 
 
 def test_a_worker_is_compared_with_the_chief_on_every_option_and_config_field():
     config = get_config("tiny", dropout=0.0)
-    run = {**dataclasses.asdict(RunOptions(data="corpus", strategy="multi_worker", train_steps=30)), "num_replicas": 2}
+    # As config.json holds them: resolved for the machine (training.options.resolve).
+    options = RunOptions(data="corpus", strategy="multi_worker", train_steps=30, precision="float32", jit_compile=False)
+    run = {**dataclasses.asdict(options), "num_replicas": 2, "precision_reason": "the CPU has no bfloat16 unit"}
     chief = (config.replace(vocab_size=120), run)
     # What each worker sets for itself, and values that take the same effect, are no difference.
-    same = {**run, "budget_start": 12.5, "verbose": 0, "tokens": config.tokens_per_batch, "jit_compile": False}
+    same = {**run, "verbose": 0, "tokens_per_batch": config.tokens_per_batch}
     same |= {"max_minutes": 3.0, "worker_timeout": 60.0}  # a worker's own clock: the first to run out stops all
     assert differing_options(chief, (config.replace(vocab_size=120), same)) == []
 

@@ -331,7 +331,7 @@ def test_xla_sees_one_shape_per_bucket(tmp_path, train_corpus_dir):
     pipelines.train_sentencepiece(corpus.pairs(), str(tokenizer_path), vocab_size=120)
     tokenizer = pipelines.Tokenizer(str(tokenizer_path))
     data = pipelines.training_dataset(
-        corpus, tokenizer, tokens_per_batch=512, max_length=64, pad_to_bucket_boundary=True
+        corpus, tokenizer, tokens_per_batch=512, max_train_length=64, pad_to_bucket_boundary=True
     )
     shapes = set()
 

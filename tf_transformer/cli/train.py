@@ -37,9 +37,25 @@ flags.DEFINE_integer(
 flags.DEFINE_integer("steps_per_epoch", None, "Micro-batches per epoch (default: one pass over the data).")
 flags.DEFINE_integer("checkpoint_every", 1000, "Also checkpoint every N optimizer steps (0: epoch ends only).")
 flags.DEFINE_integer("keep_checkpoints", 10, "Checkpoints kept (the newest).", lower_bound=1)
-flags.DEFINE_integer("tokens", None, "Global token budget per batch and side (default: the preset's).", lower_bound=8)
-flags.DEFINE_integer("max_length", None, "Drop pairs with a side longer than this many subwords.", lower_bound=2)
-flags.DEFINE_enum("precision", "float32", PRECISIONS, "Compute precision (mixed_bfloat16 is fastest on CPU).")
+flags.DEFINE_integer(
+    "tokens_per_batch", None, "Global token budget per batch and side (default: the preset's).", lower_bound=8
+)
+flags.DEFINE_alias("tokens", "tokens_per_batch")  # the name of earlier versions
+flags.DEFINE_integer(
+    "max_train_length",
+    None,
+    "Drop pairs with a side longer than this many subwords (default: the preset's).",
+    lower_bound=2,
+)
+flags.DEFINE_alias("max_length", "max_train_length")  # the name of earlier versions
+flags.DEFINE_enum(
+    "precision",
+    "auto",
+    PRECISIONS,
+    "Compute precision. auto: mixed_bfloat16 where the hardware computes in bfloat16 (CPUs with AVX512_BF16 "
+    "or AMX, GPUs of compute capability 8.0 and above), mixed_float16 on older GPUs where the strategy "
+    "supports it, float32 otherwise (docs/training.md).",
+)
 flags.DEFINE_enum("strategy", "auto", STRATEGIES, "Distribution strategy.")
 flags.DEFINE_bool("jit_compile", None, "XLA-compile the train step (default: on when a GPU is present).")
 flags.DEFINE_integer("accumulate_steps", 1, "Accumulate gradients over N micro-batches per update.", lower_bound=1)
@@ -93,9 +109,9 @@ def main(argv):
     from configs import get_config
     from pipelines import DataError
     from tf_transformer.run_dir import WriteError
-    from tf_transformer.training.multi_worker import ClusterError
+    from tf_transformer.training.cluster import ClusterError
+    from tf_transformer.training.options import OptionError
     from tf_transformer.training.resume import ResumeError
-    from tf_transformer.training.setup import OptionError
     from tf_transformer.training.trainer import RunOptions, train
 
     logging.set_verbosity(logging.INFO)
@@ -111,8 +127,8 @@ def main(argv):
         steps_per_epoch=FLAGS.steps_per_epoch,
         checkpoint_every=FLAGS.checkpoint_every or None,
         keep_checkpoints=FLAGS.keep_checkpoints,
-        tokens=FLAGS.tokens,
-        max_length=FLAGS.max_length,
+        tokens_per_batch=FLAGS.tokens_per_batch,
+        max_train_length=FLAGS.max_train_length,
         precision=FLAGS.precision,
         strategy=FLAGS.strategy,
         jit_compile=FLAGS.jit_compile,

@@ -54,8 +54,8 @@ class LearnedPositionEmbedding(keras.layers.Layer):
     """One trained vector per position, Table 3 row (E) (after Gehring et al., 2017).
 
     Args:
-      max_length: number of positions; longer inputs are an error.
-      initializer: initializer of the ``[max_length, d_model]`` table.
+      max_positions: number of positions; longer inputs are an error.
+      initializer: initializer of the ``[max_positions, d_model]`` table.
 
     Call args:
       x: ``[batch, len, d_model]``; only its length is used.
@@ -65,14 +65,14 @@ class LearnedPositionEmbedding(keras.layers.Layer):
       ``[len, d_model]`` embeddings to be added to ``x``.
     """
 
-    def __init__(self, max_length: int, initializer="glorot_uniform", **kwargs):
+    def __init__(self, max_positions: int, initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
-        self.max_length = max_length
+        self.max_positions = max_positions
         self.initializer = keras.initializers.get(initializer)
 
     def build(self, x_shape):
         self.position_embeddings = self.add_weight(
-            name="embeddings", shape=(self.max_length, x_shape[-1]), initializer=self.initializer
+            name="embeddings", shape=(self.max_positions, x_shape[-1]), initializer=self.initializer
         )
 
     def call(self, x, start_index=0):
@@ -84,5 +84,5 @@ class LearnedPositionEmbedding(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(max_length=self.max_length, initializer=keras.initializers.serialize(self.initializer))
+        config.update(max_positions=self.max_positions, initializer=keras.initializers.serialize(self.initializer))
         return config

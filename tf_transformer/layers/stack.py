@@ -24,12 +24,12 @@ def layer_hyperparameters(layer) -> dict:
     )
 
 
-def make_position_layer(position: str, max_length: int, dtype, name: str = "position"):
+def make_position_layer(position: str, max_positions: int, dtype, name: str = "position"):
     """The position layer for ``position`` = ``"sinusoidal"`` | ``"learned"``."""
     if position == "sinusoidal":
         return SinusoidalPositionEncoding(dtype=dtype, name=name)
     if position == "learned":
-        return LearnedPositionEmbedding(max_length, dtype=dtype, name=name)
+        return LearnedPositionEmbedding(max_positions, dtype=dtype, name=name)
     raise ValueError(f"position must be 'sinusoidal' or 'learned', got {position!r}")
 
 
@@ -62,7 +62,7 @@ class LayerStack(keras.layers.Layer):
         layer_norm_epsilon: float = 1e-6,
         attention_bias: bool = False,
         position: str = "sinusoidal",
-        max_length: int = 1024,
+        max_positions: int = 1024,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -78,8 +78,8 @@ class LayerStack(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.attention_bias = attention_bias
         self.position = position
-        self.max_length = max_length
-        self.position_layer = make_position_layer(position, max_length, self.dtype_policy)
+        self.max_positions = max_positions
+        self.position_layer = make_position_layer(position, max_positions, self.dtype_policy)
         self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="embedding_dropout")
         layers = [
             self.layer_class(**layer_hyperparameters(self), dtype=self.dtype_policy, name=f"layer_{i}")
@@ -106,6 +106,6 @@ class LayerStack(keras.layers.Layer):
             layer_hyperparameters(self),
             num_layers=self.num_layers,
             position=self.position,
-            max_length=self.max_length,
+            max_positions=self.max_positions,
         )
         return config

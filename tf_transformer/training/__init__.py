@@ -1,6 +1,7 @@
-"""Training: the paper's loss, metrics, schedule and optimizer, strategies and the fit driver."""
+"""Training: the paper's loss, metrics, schedule and optimizer, strategies and the run drivers."""
 
-from tf_transformer.training.losses import LabelSmoothedCrossEntropy, TokenAccuracy, TokenPerplexity
+from tf_transformer.training.losses import LabelSmoothedCrossEntropy
+from tf_transformer.training.metrics import TokenAccuracy, TokenPerplexity
 from tf_transformer.training.optimizers import FusedAdam
 from tf_transformer.training.schedules import TransformerSchedule, paper_optimizer
 

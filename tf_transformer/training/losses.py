@@ -1,4 +1,4 @@
-"""Label-smoothed cross-entropy and token metrics (paper section 5.4)."""
+"""Label-smoothed cross-entropy (paper section 5.4); the token metrics beside it are in :mod:`.metrics`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def token_statistics(labels, logits):
 
     Also returns ``exp(logits − max)`` and its sum (``[batch, len, vocab]``, ``[batch, len, 1]``),
     which the loss's gradient reuses. Float32 whatever the logits' dtype; ``labels`` must
-    lie in ``[0, vocab)`` (see ``_labels_and_mask``). The loss and the token perplexity
+    lie in ``[0, vocab)`` (see ``labels_and_mask``). The loss and the token perplexity
     call this on the same logits; inside a graph (``fit``, ``tf.function``, XLA)
     TensorFlow merges the identical ops, so perplexity costs no further pass over the
     ``[batch, len, vocab]`` logits. (Run eagerly, each caller pays for its own.)
@@ -29,7 +29,7 @@ def token_statistics(labels, logits):
     return top[..., 0], log_normalizer, picked, shifted, normalizer
 
 
-def _labels_and_mask(y_true, pad_id):
+def labels_and_mask(y_true, pad_id):
     """``(labels, mask)``: padding positions get label 0 (so any ``pad_id`` is a valid index), mask 1.0 elsewhere."""
     labels = ops.cast(y_true, "int32")  # [batch, len]
     keep = ops.not_equal(labels, pad_id)  # [batch, len]
@@ -123,7 +123,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
             return self.call(y_true, y_pred, sample_weight)
 
     def call(self, y_true, y_pred, sample_weight=None):
-        labels, mask = _labels_and_mask(y_true, self.pad_id)  # [batch, len] each
+        labels, mask = labels_and_mask(y_true, self.pad_id)  # [batch, len] each
         nll = label_smoothed_nll(labels, y_pred, self.label_smoothing) * mask  # [batch, len]
         if sample_weight is not None:
             weights = ops.cast(ops.reshape(sample_weight, [-1, 1]), "float32")  # [batch, 1]
@@ -138,59 +138,3 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         config = super().get_config()
         config.update(label_smoothing=self.label_smoothing, pad_id=self.pad_id, accumulate_steps=self.accumulate_steps)
         return config
-
-
-@keras.saving.register_keras_serializable(package="tf_transformer")
-class TokenAccuracy(keras.metrics.Metric):
-    """Share of non-padding target tokens whose arg-max prediction is right (ties: the first index)."""
-
-    def __init__(self, pad_id: int = PAD_ID, name="token_accuracy", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.pad_id = pad_id
-        self.correct = self.add_variable(shape=(), initializer="zeros", name="correct", dtype="float32")
-        self.total = self.add_variable(shape=(), initializer="zeros", name="total", dtype="float32")
-
-    def update_state(self, y_true, y_pred, sample_weight=None):
-        labels, mask = _labels_and_mask(y_true, self.pad_id)  # [batch, len] each
-        predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")  # [batch, len]
-        hits = ops.cast(ops.equal(predicted, labels), "float32")  # [batch, len]
-        self.correct.assign_add(ops.sum(hits * mask))
-        self.total.assign_add(ops.sum(mask))
-
-    def result(self):
-        return self.correct / ops.maximum(self.total, 1.0)
-
-    def reset_state(self):
-        self.correct.assign(0.0)
-        self.total.assign(0.0)
-
-    def get_config(self):
-        return {**super().get_config(), "pad_id": self.pad_id}
-
-
-@keras.saving.register_keras_serializable(package="tf_transformer")
-class TokenPerplexity(keras.metrics.Metric):
-    """exp(mean unsmoothed −log p) over non-padding target tokens (per-subword perplexity)."""
-
-    def __init__(self, pad_id: int = PAD_ID, name="perplexity", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.pad_id = pad_id
-        self.nll = self.add_variable(shape=(), initializer="zeros", name="nll", dtype="float32")
-        self.total = self.add_variable(shape=(), initializer="zeros", name="total", dtype="float32")
-
-    def update_state(self, y_true, y_pred, sample_weight=None):
-        labels, mask = _labels_and_mask(y_true, self.pad_id)  # [batch, len] each
-        top, log_normalizer, picked, _, _ = token_statistics(labels, y_pred)
-        nll = log_normalizer - (picked - top)  # −log p(label), [batch, len]
-        self.nll.assign_add(ops.sum(nll * mask))
-        self.total.assign_add(ops.sum(mask))
-
-    def result(self):
-        return ops.exp(self.nll / ops.maximum(self.total, 1.0))
-
-    def reset_state(self):
-        self.nll.assign(0.0)
-        self.total.assign(0.0)
-
-    def get_config(self):
-        return {**super().get_config(), "pad_id": self.pad_id}

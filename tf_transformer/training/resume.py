@@ -17,7 +17,6 @@ batches and schedule, and starts new runs from another run's weights
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import keras
@@ -26,28 +25,11 @@ from absl import logging
 
 from configs import TransformerConfig
 from tf_transformer import run_dir
+from tf_transformer.training.options import STREAM_OPTIONS, config_differences, differences, effective
 
 SEEDS = "dropout_seeds"
 POSITION = "data_position"
 _PARTS = ("model", "optimizer", SEEDS, POSITION)
-
-# Run options that decide which batch comes at which step, or the learning rate
-# of a step: a resumed run must keep them. (``train_steps``, ``epochs``, the
-# checkpoint and logging cadence, the precision and the dev split may change.)
-STREAM_OPTIONS = (
-    "data",
-    "src",
-    "tgt",
-    "train_split",
-    "tokens",
-    "max_length",
-    "seed",
-    "accumulate_steps",
-    "num_replicas",
-    "vocab_size",
-    "vocab_model_type",
-    "init_from",
-)
 
 # Model config fields a run started from another run's weights may change
 # (fine-tuning); every other field must match, or the weights mean something else.
@@ -62,26 +44,16 @@ TRAINING_FIELDS = frozenset(
         "learning_rate_scale",
         "train_steps",
         "tokens_per_batch",
-        "max_sequence_length",
+        "max_train_length",
         "beam_size",
-        "length_penalty",
-        "extra_decode_length",
+        "alpha",
+        "max_extra_length",
     }
 )
 
 
 class ResumeError(ValueError):
     """A run directory cannot be resumed (or started from) as asked; the message says why and what to do."""
-
-
-def stream_options(config: TransformerConfig, run: dict) -> dict:
-    """The values of :data:`STREAM_OPTIONS` in effect (a preset's default where the option was not given)."""
-    values = {name: run.get(name) for name in STREAM_OPTIONS}
-    values["tokens"] = run.get("tokens") or config.tokens_per_batch
-    values["max_length"] = run.get("max_length") or config.max_sequence_length
-    if values["data"] and not str(values["data"]).startswith("tfds:"):
-        values["data"] = os.path.realpath(values["data"])
-    return values
 
 
 def check_unchanged(model_dir: str, config: TransformerConfig, run: dict) -> None:
@@ -91,11 +63,12 @@ def check_unchanged(model_dir: str, config: TransformerConfig, run: dict) -> Non
     run does not record (older runs) are not compared.
     """
     stored_config, stored_run = run_dir.load_run(model_dir)
-    old, new = stream_options(stored_config, stored_run), stream_options(config, run)
+    compared = [
+        name for name in STREAM_OPTIONS if name in stored_run or name in ("tokens_per_batch", "max_train_length")
+    ]
     changed = [
-        f"--{name} {old[name]} → {new[name]}"
-        for name in STREAM_OPTIONS
-        if (name in stored_run or name in ("tokens", "max_length")) and old[name] != new[name]
+        f"--{name} {old} → {new}"
+        for name, old, new in differences(effective(stored_config, stored_run), effective(config, run), compared)
     ]
     if changed:
         raise ResumeError(
@@ -138,9 +111,7 @@ def take_vocabulary(model_dir: str, source_dir: str) -> None:
 def check_architecture(config: TransformerConfig, source_config: TransformerConfig, source_dir: str) -> None:
     """The model config may differ from the source run's only in training fields (:data:`TRAINING_FIELDS`)."""
     differing = [
-        f"{f.name} {getattr(source_config, f.name)} → {getattr(config, f.name)}"
-        for f in dataclasses.fields(config)
-        if f.name not in TRAINING_FIELDS and getattr(config, f.name) != getattr(source_config, f.name)
+        f"{name} {old} → {new}" for name, old, new in config_differences(source_config, config, TRAINING_FIELDS)
     ]
     if differing:
         raise ResumeError(

@@ -1,4 +1,4 @@
-"""Distribution strategies and precision policies, chosen by name."""
+"""Distribution strategies and precision policies, chosen by name (``auto`` is resolved by :mod:`.options`)."""
 
 from __future__ import annotations
 
@@ -45,11 +45,7 @@ def _first_device() -> str:
 
 def set_precision(precision: str) -> None:
     """Sets Keras' global dtype policy (``mixed_float16`` gets loss scaling from ``compile``)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+    if precision not in PRECISIONS or precision == "auto":
+        choices = ", ".join(name for name in PRECISIONS if name != "auto")
+        raise ValueError(f"precision must be one of {choices} (auto is resolved first); got {precision!r}")
     keras.config.set_dtype_policy(precision)
-
-
-def default_jit_compile() -> bool:
-    """XLA by default only where it pays: on GPUs (on CPU it recompiles per shape, 6–8 s each)."""
-    return bool(tf.config.list_physical_devices("GPU"))

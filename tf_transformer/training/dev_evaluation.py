@@ -1,0 +1,144 @@
+"""Dev-set evaluation during training: BLEU by greedy search each epoch, sample translations, attention images.
+
+Greedy search over the decoding cache (:mod:`tf_transformer.inference`), so
+dev BLEU each epoch costs seconds; the beam search of the paper (section 6.1)
+is for evaluation after training (``tft-evaluate``).
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+import pipelines
+from tf_transformer.attention_figures import head_grid, png_bytes
+from tf_transformer.attention_maps import AttentionMaps, attention_maps, hypothesis_length, penultimate
+from tf_transformer.constants import EOS_ID
+from tf_transformer.inference import IncrementalDecoder, greedy_search
+
+
+def _greedy(model, max_extra_length: int):
+    """``ids int32[batch, src_len] → int32[batch, out_len]`` by greedy search over the decoding cache."""
+    decoding = IncrementalDecoder(model)
+    return tf.function(
+        lambda ids: greedy_search(model, ids, max_extra_length=max_extra_length, decoding=decoding),
+        reduce_retracing=True,
+    )
+
+
+def translate_fn(model, tokenizer, max_extra_length: int = 50, batch_tokens: int = 4096):
+    """A function translating a list of strings by greedy search (dev BLEU during training).
+
+    Greedy search over the decoding cache, so dev BLEU each epoch costs seconds.
+    """
+    decode = _greedy(model, max_extra_length)
+
+    def translate(sources: list[str]) -> list[str]:
+        batches = list(pipelines.evaluation_dataset(sources, tokenizer, tokens_per_batch=batch_tokens))
+        outputs = [tokenizer.detokenize(decode(b["inputs"])).numpy() for b in batches]
+        restored = pipelines.restore_order([b["index"].numpy() for b in batches], outputs, len(sources))
+        return [text.decode("utf-8") for text in restored]
+
+    return translate
+
+
+def attention_fn(model, tokenizer, max_extra_length: int = 50):
+    """A function from a list of strings to their :class:`~tf_transformer.attention_maps.AttentionMaps`.
+
+    Each sentence is translated greedily, as dev BLEU is, then the model runs
+    teacher-forced over its translation and keeps every layer's attention (the
+    TensorBoard images of :class:`DevEvaluation`).
+    """
+    decode = _greedy(model, max_extra_length)
+    processor = tokenizer.python_processor()  # the ids of the graph's tokenizer, and their pieces
+
+    def maps(sources: list[str]) -> list[AttentionMaps]:
+        found = []
+        for source in sources:
+            ids = [*processor.encode(source.strip()), EOS_ID]
+            output = decode(tf.constant([ids], tf.int32))[0].numpy()
+            target = output[: hypothesis_length(output)]
+            found.append(attention_maps(model, ids, target, processor.id_to_piece))
+        return found
+
+    return maps
+
+
+class DevEvaluation(keras.callbacks.Callback):
+    """Per epoch: BLEU on a dev subset (``val_bleu`` in the epoch's logs), a few
+    sample translations as text and images of their attention, in TensorBoard.
+
+    ``translate`` maps a list of source strings to hypotheses (:func:`translate_fn`);
+    BLEU is sacreBLEU on detokenized, cased text. ``attention`` maps a list of
+    source strings to their :class:`~tf_transformer.attention_maps.AttentionMaps`
+    (:func:`attention_fn`):
+    the first ``attention_images`` dev sentences are drawn each epoch, their
+    encoder–decoder attention per layer (heads averaged) and the encoder
+    self-attention of the penultimate layer per head, which the paper's figures 3–5 show.
+    """
+
+    def __init__(
+        self,
+        log_dir: str,
+        dev_sources=(),
+        dev_references=(),
+        translate=None,
+        attention=None,
+        attention_images: int = 3,
+    ):
+        super().__init__()
+        self.attention = attention
+        self.attention_images = attention_images
+        self.validation_writer = tf.summary.create_file_writer(f"{log_dir}/validation")
+        self.dev_sources = list(dev_sources)
+        self.dev_references = list(dev_references)
+        self.translate = translate
+        self.last_bleu = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not (self.translate and self.dev_sources):
+            return
+        import sacrebleu
+
+        hypotheses = self.translate(self.dev_sources)
+        bleu = sacrebleu.corpus_bleu(hypotheses, [self.dev_references])
+        self.last_bleu = bleu.score
+        if logs is not None:
+            logs["val_bleu"] = bleu.score
+        step = int(self.model.optimizer.iterations.numpy())
+        samples = "\n\n".join(
+            f"**source:** {s}  \n**reference:** {r}  \n**output:** {h}"
+            for s, r, h in list(zip(self.dev_sources, self.dev_references, hypotheses, strict=True))[:4]
+        )
+        with self.validation_writer.as_default(step=step):
+            tf.summary.scalar("bleu", bleu.score)
+            tf.summary.text("sample_translations", samples)
+        logging.info("epoch %d step %d: dev-subset BLEU %.2f", epoch + 1, step, bleu.score)
+        if self.attention is not None and self.attention_images:
+            self._attention_images(step)
+
+    def _attention_images(self, step: int) -> None:
+        """Images of the attention of the first ``attention_images`` dev sentences (see the class)."""
+        sentences = self.dev_sources[: self.attention_images]
+        for number, maps in enumerate(self.attention(sentences), start=1):
+            layers = maps.cross.shape[0]
+            layer = penultimate(layers)
+            cross = head_grid(
+                maps.cross.mean(axis=1),  # [layers, target, source]: heads averaged
+                maps.target,
+                maps.source,
+                f"encoder-decoder attention, heads averaged (rows: target token predicted)\n{sentences[number - 1]}",
+                columns=layers,
+                panel_titles=[f"layer {index + 1}" for index in range(layers)],
+            )
+            encoder = head_grid(
+                maps.encoder[layer],  # [heads, source, source]
+                maps.source,
+                maps.source,
+                f"encoder self-attention, layer {layer + 1} of {layers}\n{sentences[number - 1]}",
+            )
+            with self.validation_writer.as_default(step=step):
+                for name, figure in (("encoder_decoder", cross), (f"encoder_self_layer{layer + 1}", encoder)):
+                    image = tf.io.decode_png(png_bytes(figure), channels=4)[None]  # [1, height, width, 4]
+                    tf.summary.image(f"attention/{name}/sentence_{number}", image)

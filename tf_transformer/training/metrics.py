@@ -1,0 +1,85 @@
+"""Token metrics reported beside the loss: accuracy, perplexity and the target tokens counted (for tokens/s)."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from tf_transformer.constants import PAD_ID
+from tf_transformer.training.losses import labels_and_mask, token_statistics
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class TokenAccuracy(keras.metrics.Metric):
+    """Share of non-padding target tokens whose arg-max prediction is right (ties: the first index)."""
+
+    def __init__(self, pad_id: int = PAD_ID, name="token_accuracy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_id = pad_id
+        self.correct = self.add_variable(shape=(), initializer="zeros", name="correct", dtype="float32")
+        self.total = self.add_variable(shape=(), initializer="zeros", name="total", dtype="float32")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        labels, mask = labels_and_mask(y_true, self.pad_id)  # [batch, len] each
+        predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")  # [batch, len]
+        hits = ops.cast(ops.equal(predicted, labels), "float32")  # [batch, len]
+        self.correct.assign_add(ops.sum(hits * mask))
+        self.total.assign_add(ops.sum(mask))
+
+    def result(self):
+        return self.correct / ops.maximum(self.total, 1.0)
+
+    def reset_state(self):
+        self.correct.assign(0.0)
+        self.total.assign(0.0)
+
+    def get_config(self):
+        return {**super().get_config(), "pad_id": self.pad_id}
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class TokenPerplexity(keras.metrics.Metric):
+    """exp(mean unsmoothed −log p) over non-padding target tokens (per-subword perplexity)."""
+
+    def __init__(self, pad_id: int = PAD_ID, name="perplexity", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_id = pad_id
+        self.nll = self.add_variable(shape=(), initializer="zeros", name="nll", dtype="float32")
+        self.total = self.add_variable(shape=(), initializer="zeros", name="total", dtype="float32")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        labels, mask = labels_and_mask(y_true, self.pad_id)  # [batch, len] each
+        top, log_normalizer, picked, _, _ = token_statistics(labels, y_pred)
+        nll = log_normalizer - (picked - top)  # −log p(label), [batch, len]
+        self.nll.assign_add(ops.sum(nll * mask))
+        self.total.assign_add(ops.sum(mask))
+
+    def result(self):
+        return ops.exp(self.nll / ops.maximum(self.total, 1.0))
+
+    def reset_state(self):
+        self.nll.assign(0.0)
+        self.total.assign(0.0)
+
+    def get_config(self):
+        return {**super().get_config(), "pad_id": self.pad_id}
+
+
+class TargetTokens(keras.metrics.Metric):
+    """Counts non-padding target tokens (for tokens/s)."""
+
+    def __init__(self, name="target_tokens", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count", dtype="float32")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        self.count.assign_add(tf.reduce_sum(tf.cast(tf.not_equal(y_true, 0), tf.float32)))
+
+    def result(self):
+        # The value now, not the variable: Keras keeps the result in the epoch's logs and then
+        # resets the variable for validation, which would overwrite the training count.
+        return tf.identity(self.count)
+
+    def reset_state(self):
+        self.count.assign(0.0)

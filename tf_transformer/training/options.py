@@ -1,0 +1,151 @@
+"""Run options as they take effect: defaults resolved for the machine once, checked, and compared.
+
+Every layout (one device, ``MirroredStrategy``, ``MultiWorkerMirroredStrategy``)
+reads the resolved options only, so an option means the same in each:
+``jit_compile=None`` is the device's default (XLA on GPUs), ``precision="auto"``
+the fastest precision the hardware computes in (:func:`choose_precision`).
+One function, :func:`differences`, compares two runs' options: a resumed run
+against its ``config.json``, a worker against the chief.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import tensorflow as tf
+
+from configs import RunOptions, TransformerConfig
+from tf_transformer.cpu import cpu_info
+
+# CPU flags of a bfloat16 matrix unit (/proc/cpuinfo): AVX512_BF16 (AMD Zen 4 and later, Intel Cooper
+# Lake) and AMX (Intel Sapphire Rapids and later). Without them Keras's mixed_bfloat16 is emulated.
+BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+class OptionError(ValueError):
+    """Run options that cannot work together (or not here); the message names them and says what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """The options a run trains with, and why ``precision`` is what it is (for config.json and the log)."""
+
+    options: RunOptions
+    precision_reason: str
+
+
+def choose_precision(strategy_name: str = "auto") -> tuple[str, str]:
+    """``(precision, reason)`` for ``--precision auto`` on this machine.
+
+    GPUs: ``mixed_bfloat16`` from compute capability 8.0 (bfloat16 tensor
+    cores), else ``mixed_float16`` where the layout supports its loss scaling
+    (not ``multi_worker``), else ``float32``. CPUs: ``mixed_bfloat16`` where
+    the CPU has a bfloat16 unit (:data:`BFLOAT16_CPU_FLAGS`), else ``float32``:
+    emulated bfloat16 is slower than float32 (docs/benchmarks.md).
+    """
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        capabilities = [tf.config.experimental.get_device_details(gpu).get("compute_capability") for gpu in gpus]
+        lowest = min((c for c in capabilities if c), default=None)
+        if lowest and lowest >= (8, 0):
+            return "mixed_bfloat16", f"GPUs of compute capability {lowest[0]}.{lowest[1]} compute in bfloat16"
+        if strategy_name == "multi_worker":
+            return "float32", "GPUs below compute capability 8.0, and multi_worker does not support mixed_float16"
+        found = f"{lowest[0]}.{lowest[1]}" if lowest else "unknown"
+        return "mixed_float16", f"GPUs of compute capability {found} (below 8.0) compute in float16, not bfloat16"
+    model, flags = cpu_info()
+    found = [flag for flag in BFLOAT16_CPU_FLAGS if flag in flags]
+    if found:
+        return "mixed_bfloat16", f"the CPU ({model}) computes in bfloat16 ({', '.join(found)})"
+    return "float32", f"the CPU ({model}) has no bfloat16 unit ({' or '.join(BFLOAT16_CPU_FLAGS)}): float32 is faster"
+
+
+def default_jit_compile() -> bool:
+    """XLA by default only where it pays: on GPUs (on CPU it recompiles per batch shape)."""
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+def resolve(options: RunOptions, strategy: tf.distribute.Strategy) -> Resolved:
+    """``options`` with the machine's defaults filled in, after :func:`check`."""
+    reason = "given by --precision"
+    precision = options.precision
+    if precision == "auto":
+        precision, reason = choose_precision(options.strategy)
+    jit_compile = default_jit_compile() if options.jit_compile is None else options.jit_compile
+    resolved = dataclasses.replace(options, precision=precision, jit_compile=jit_compile)
+    check(resolved, strategy)
+    return Resolved(resolved, reason)
+
+
+def check(options: RunOptions, strategy: tf.distribute.Strategy) -> None:
+    """Refuses, with what to do instead, the combinations that fail (or are wrong) in TensorFlow or Keras."""
+    gpus = tf.config.list_logical_devices("GPU")
+    if options.strategy == "multi_worker":
+        if options.precision == "mixed_float16":
+            raise OptionError(
+                "--precision mixed_float16 is not supported with --strategy multi_worker (its loss scaling would "
+                "skip steps on some workers' say); use mixed_bfloat16 or float32"
+            )
+        if options.jit_compile and not gpus:
+            raise OptionError(
+                "--jit_compile with --strategy multi_worker is supported on GPU workers only (XLA on CPUs "
+                "recompiles for every batch shape and is untested with collectives here); drop --jit_compile "
+                "(off by default on CPUs)"
+            )
+        return
+    cpu_replicas = strategy.num_replicas_in_sync > 1 and not gpus
+    if options.jit_compile and cpu_replicas and isinstance(strategy, tf.distribute.MirroredStrategy):
+        raise OptionError(
+            f"--jit_compile with --strategy mirrored over {strategy.num_replicas_in_sync} logical CPU devices: "
+            "TensorFlow's XLA cannot compile a step mirrored over CPU devices. On CPUs use --nojit_compile "
+            "(the default there); on GPUs --jit_compile is the recommended setting"
+        )
+
+
+# Run options that decide which batch comes at which step, or the learning rate of a step: a resumed
+# run must keep them. (``train_steps``, ``epochs``, the checkpoint and logging cadence, the precision
+# and the dev split may change.)
+STREAM_OPTIONS = (
+    "data",
+    "src",
+    "tgt",
+    "train_split",
+    "tokens_per_batch",
+    "max_train_length",
+    "seed",
+    "accumulate_steps",
+    "num_replicas",
+    "vocab_size",
+    "vocab_model_type",
+    "init_from",
+)
+
+
+def effective(config: TransformerConfig, run: dict) -> dict:
+    """A run's options as they take effect: the preset's value where an option was not given, data as a real path.
+
+    ``run`` is a ``config.json``'s ``run`` (today's names: ``run_dir.load_run``),
+    or ``dataclasses.asdict`` of :class:`~configs.RunOptions` plus ``num_replicas``.
+    """
+    values = dict(run)
+    values["tokens_per_batch"] = run.get("tokens_per_batch") or config.tokens_per_batch
+    values["max_train_length"] = run.get("max_train_length") or config.max_train_length
+    if values.get("data") and not str(values["data"]).startswith("tfds:"):
+        values["data"] = os.path.realpath(values["data"])
+    return values
+
+
+def differences(old: dict, new: dict, names=None, skip=()) -> list[tuple[str, object, object]]:
+    """``(name, old value, new value)`` for each of ``names`` (default: every name either side has) that differs,
+    except those in ``skip``; a name one side lacks counts as ``None`` there."""
+    if names is None:
+        names = [*old, *(name for name in new if name not in old)]
+    return [
+        (name, old.get(name), new.get(name)) for name in names if name not in skip and old.get(name) != new.get(name)
+    ]
+
+
+def config_differences(old: TransformerConfig, new: TransformerConfig, skip=("vocab_size",)):
+    """:func:`differences` of two model configs' fields (the vocabulary size comes from ``sp.model``)."""
+    return differences(old.to_dict(), new.to_dict(), skip=skip)

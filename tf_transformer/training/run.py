@@ -1,0 +1,350 @@
+"""One training run, prepared and finished the same way in every layout.
+
+:func:`prepare` does everything but the loop: the run directory and its
+vocabulary, ``config.json``, the data stream, the model and its optimizer, the
+restore of a checkpoint (or ``--init_from``), and the callbacks that checkpoint,
+stop, log and evaluate. :func:`finish` writes the summary. The drivers keep only
+what truly differs: ``fit`` (one process, ``MirroredStrategy``:
+:mod:`~tf_transformer.training.trainer`) against a loop of our own whose steps
+carry the workers' agreement to stop (``MultiWorkerMirroredStrategy``:
+:mod:`~tf_transformer.training.multi_worker`). ``fit`` and that loop must train
+on the same batches with the same recipe, so each piece that decides them is
+built here once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+import pipelines
+from configs import RunOptions, TransformerConfig
+from tf_transformer import run_dir
+from tf_transformer.model import build_transformer
+from tf_transformer.training import resume
+from tf_transformer.training.callbacks import DataPosition, StepCheckpoint, StopAtStep, StopRequests
+from tf_transformer.training.cluster import Cluster, differing_options
+from tf_transformer.training.dev_evaluation import DevEvaluation, attention_fn, translate_fn
+from tf_transformer.training.optimizers import micro_batches_done
+from tf_transformer.training.options import Resolved, config_differences
+from tf_transformer.training.progress import ProgressLogger, ThroughputMonitor
+from tf_transformer.training.recipe import compile_model
+
+
+@dataclasses.dataclass
+class PreparedRun:
+    """A run ready for its loop: what every layout trains with.
+
+    ``done_micro`` micro-batches of ``total_micro`` are behind it (a resumed
+    run); ``train_steps`` updates of ``accumulate`` micro-batches each end it.
+    ``manager`` saves this process's checkpoints; ``chief_manager`` lists the
+    run's (the same in one process).
+    """
+
+    config: TransformerConfig
+    options: RunOptions  # resolved for this machine (training.options.resolve)
+    precision_reason: str
+    model_dir: str
+    work_dir: str  # where this process writes: model_dir, or a worker's own directory under it
+    strategy: tf.distribute.Strategy
+    cluster: Cluster | None
+    tokenizer: pipelines.Tokenizer
+    data: pipelines.TrainingData
+    validation: tf.data.Dataset | None
+    steps_per_epoch: int
+    total_micro: int
+    train_steps: int
+    model: keras.Model
+    manager: tf.train.CheckpointManager
+    chief_manager: tf.train.CheckpointManager
+    position: DataPosition
+    checkpointer: StepCheckpoint
+    stop_requests: StopRequests
+    dev_evaluation: DevEvaluation
+    callbacks: list
+
+    @property
+    def accumulate(self) -> int:
+        return max(1, self.options.accumulate_steps)
+
+    @property
+    def done_micro(self) -> int:
+        return int(self.position.batches.numpy())
+
+    @property
+    def by_epochs(self) -> bool:
+        """A run of a number of epochs ends with its data; one of a number of steps ends at ``StopAtStep``."""
+        return bool(self.options.epochs and not self.options.train_steps)
+
+    def finished(self) -> bool:
+        """Whether there is nothing left to train (a finished run run again)."""
+        if self.by_epochs:
+            return self.done_micro >= self.total_micro
+        return int(self.model.optimizer.iterations.numpy()) >= self.train_steps
+
+    def stream(self) -> tf.data.Dataset:
+        """The weighted global batches from the first micro-batch not yet trained on."""
+        return weighted_stream(self.data, self.done_micro, self.accumulate)
+
+
+def check_model_dir(model_dir: str, config: TransformerConfig) -> None:
+    """Creates the directory, or checks a resumed run uses the same model config."""
+    tf.io.gfile.makedirs(model_dir)
+    if tf.io.gfile.exists(os.path.join(model_dir, run_dir.CONFIG_FILE)):
+        stored, _ = run_dir.load_run(model_dir)
+        differing = [name for name, _, _ in config_differences(stored, config)]
+        if differing:
+            raise ValueError(
+                f"{model_dir} holds a run with a different model config (fields: {', '.join(differing)}); "
+                "use a new --model_dir or the original --config"
+            )
+
+
+def prepare(
+    config: TransformerConfig,
+    resolved: Resolved,
+    model_dir: str,
+    strategy: tf.distribute.Strategy,
+    cluster: Cluster | None = None,
+    budget_start: float | None = None,
+) -> PreparedRun:
+    """Everything a run needs before its first step, in every layout (see the module).
+
+    ``cluster``: this worker's place under ``MultiWorkerMirroredStrategy``
+    (the chief prepares the directory, the others follow it), else ``None``.
+    ``budget_start``: the ``time.perf_counter()`` from which ``--max_minutes``
+    counts (default: the first step).
+    """
+    options = resolved.options
+    chief = cluster is None or cluster.is_chief
+    replicas = strategy.num_replicas_in_sync
+    run = {**dataclasses.asdict(options), "num_replicas": replicas, "precision_reason": resolved.precision_reason}
+    work_dir = cluster.work_dir(model_dir) if cluster else model_dir
+
+    if chief:
+        check_model_dir(model_dir, config)
+    tf.io.gfile.makedirs(work_dir)
+    token = cluster.launch_token() if cluster else None
+    resuming = tf.train.get_checkpoint_state(run_dir.checkpoint_dir(model_dir)) is not None
+    source_dir = init_checkpoint = None
+    if options.init_from and not resuming:
+        source_dir, init_checkpoint = resume.source_run(options.init_from)
+    corpus = pipelines.find_split(options.data, options.train_split, options.src, options.tgt)
+    differing = []
+    if chief:
+        if resuming:
+            resume.check_unchanged(model_dir, config, run)  # before config.json is rewritten
+        elif source_dir:
+            resume.take_vocabulary(model_dir, source_dir)
+        tokenizer = run_dir.make_vocabulary(
+            model_dir, corpus, options.vocab_size or config.vocab_size, options.vocab_model_type, options.seed
+        )
+        config = config.replace(vocab_size=tokenizer.vocab_size)
+        if source_dir:
+            resume.check_architecture(config, run_dir.load_run(source_dir)[0], source_dir)
+        run_dir.save_run(model_dir, config, run)
+        if cluster:
+            cluster.announce(model_dir, token)
+    else:
+        stored, chief_run = cluster.follow_chief(model_dir, token, options.worker_timeout)
+        config = config.replace(vocab_size=stored.vocab_size)
+        differing = differing_options((stored, chief_run), (config, run))
+        tokenizer = pipelines.Tokenizer(run_dir.vocabulary_path(model_dir))
+    if cluster:
+        cluster.agree_on_options(differing)
+
+    data = training_data(corpus, tokenizer, config, options, replicas, model_dir)
+    steps_per_epoch = options.steps_per_epoch or data.batches_per_epoch
+    total_micro = total_micro_batches(config, options, steps_per_epoch)
+    train_steps = update_count(total_micro, options.accumulate_steps)
+    validation, dev_sources, dev_references = dev_data(tokenizer, config, options, replicas, model_dir)
+
+    with strategy.scope():
+        model = build_transformer(config)
+        compile_model(model, config, max(1, options.accumulate_steps), options.jit_compile)
+        model.optimizer.build(model.trainable_variables)
+    position = DataPosition()
+    checkpoint = resume.training_checkpoint(model, data_position=position.batches)
+    chief_manager = tf.train.CheckpointManager(
+        checkpoint, run_dir.checkpoint_dir(model_dir), max_to_keep=options.keep_checkpoints
+    )
+    manager = (
+        chief_manager
+        if chief
+        else tf.train.CheckpointManager(checkpoint, os.path.join(work_dir, "checkpoints"), max_to_keep=1)
+    )
+    _restore(model, checkpoint, chief_manager, position, cluster, source_dir, init_checkpoint)
+
+    log_dir = os.path.join(work_dir, "logs")
+    checkpointer = StepCheckpoint(manager, options.checkpoint_every, max(1, options.accumulate_steps))
+    stop_requests = StopRequests(checkpointer, options.max_minutes, budget_start)
+    dev_evaluation = DevEvaluation(
+        log_dir,
+        dev_sources=dev_sources,
+        dev_references=dev_references,
+        translate=translate_fn(model, tokenizer, config.max_extra_length) if dev_sources else None,
+        # Images only where someone reads them: the chief's logs (the others' go to .worker-<i>).
+        attention=attention_fn(model, tokenizer, config.max_extra_length) if dev_sources and chief else None,
+        attention_images=options.attention_images,
+    )
+    callbacks = [
+        position,  # first: a checkpoint written at the end of a batch counts it
+        keras.callbacks.TerminateOnNaN(),
+        checkpointer,
+        stop_requests,
+        StopAtStep(train_steps),
+        ThroughputMonitor(log_dir, every_steps=options.log_every),
+        dev_evaluation,  # before the progress line and TensorBoard, which show its val_bleu
+    ]
+    if options.verbose and chief:
+        precision = f"precision {options.precision}: {resolved.precision_reason}"
+        callbacks.append(ProgressLogger(train_steps, options.max_minutes, budget_start, first_line=precision))
+    # Epoch scalars (loss, validation loss, dev BLEU): the epoch's logs, whichever loop made them.
+    callbacks.append(keras.callbacks.TensorBoard(log_dir, update_freq="epoch", write_graph=cluster is None))
+    return PreparedRun(
+        config=config,
+        options=options,
+        precision_reason=resolved.precision_reason,
+        model_dir=model_dir,
+        work_dir=work_dir,
+        strategy=strategy,
+        cluster=cluster,
+        tokenizer=tokenizer,
+        data=data,
+        validation=validation,
+        steps_per_epoch=steps_per_epoch,
+        total_micro=total_micro,
+        train_steps=train_steps,
+        model=model,
+        manager=manager,
+        chief_manager=chief_manager,
+        position=position,
+        checkpointer=checkpointer,
+        stop_requests=stop_requests,
+        dev_evaluation=dev_evaluation,
+        callbacks=callbacks,
+    )
+
+
+def _restore(model, checkpoint, chief_manager, position, cluster, source_dir, init_checkpoint) -> None:
+    """Resumes from the run's newest readable checkpoint (the chief's pick, on every worker), or ``--init_from``."""
+    chief = cluster is None or cluster.is_chief
+    resumed = (
+        run_dir.restore_newest_readable(lambda path: resume.restorable(checkpoint, path), chief_manager)
+        if chief
+        else None
+    )
+    if cluster:  # every worker restores the checkpoint the chief picked
+        number = cluster.from_chief(int(resumed.rsplit("-", 1)[1]) if resumed else 0)
+        if number and not chief:
+            resumed = os.path.join(chief_manager.directory, f"ckpt-{number}")
+            resume.restorable(checkpoint, resumed).restore(resumed).assert_existing_objects_matched()
+    if resumed:
+        logging.info("%sResumed from %s", f"{cluster.name}: " if cluster else "", resumed)
+        if not resume.holds(resumed, resume.POSITION):  # written by an older version
+            position.batches.assign(micro_batches_done(model.optimizer))
+    elif source_dir:
+        initialize_from(model, source_dir, init_checkpoint)
+        logging.info("Initialized the weights from %s; the optimizer and the schedule start at step 0", init_checkpoint)
+
+
+def finish(prepared: PreparedRun, seconds: float, history: dict, stopped_by: str | None, **extra) -> dict:
+    """The run's summary (also written to ``train_summary.json`` in this process's directory)."""
+    model = prepared.model
+    summary = {
+        "model_dir": prepared.model_dir,
+        "config": prepared.config.name,
+        **extra,
+        "precision": prepared.options.precision,
+        "params": int(model.count_params()),
+        "steps": int(model.optimizer.iterations.numpy()),
+        "steps_per_epoch": prepared.steps_per_epoch,
+        "train_seconds": round(seconds, 1),
+        "stats": dataclasses.asdict(prepared.data.stats),
+        "history": history,
+        "dev_bleu": prepared.dev_evaluation.last_bleu,
+        "latest_checkpoint": prepared.chief_manager.latest_checkpoint,
+        "stopped_by": stopped_by,
+    }
+    run_dir.save_json(os.path.join(prepared.work_dir, "train_summary.json"), summary)
+    return summary
+
+
+def training_data(
+    corpus, tokenizer, config: TransformerConfig, options: RunOptions, replicas: int, model_dir: str
+) -> pipelines.TrainingData:
+    """The run's global batches: the same for 1, 2, 4 or 8 replicas where the budget allows (``make_buckets``)."""
+    return pipelines.training_dataset(
+        corpus,
+        tokenizer,
+        tokens_per_batch=options.tokens_per_batch or config.tokens_per_batch,
+        max_train_length=options.max_train_length or config.max_train_length,
+        num_replicas=replicas,
+        pad_to_bucket_boundary=bool(options.jit_compile),
+        seed=options.seed,
+        deterministic=True,
+        repeat=True,
+        cache_dir=run_dir.data_cache_dir(model_dir),
+    )
+
+
+def dev_data(tokenizer, config: TransformerConfig, options: RunOptions, replicas: int, model_dir: str):
+    """``(validation batches or None, dev sources, dev references)`` for validation loss and dev BLEU."""
+    if not options.dev_split:
+        return None, [], []
+    dev = pipelines.find_split(options.data, options.dev_split, options.src, options.tgt)
+    validation = pipelines.training_dataset(
+        dev,
+        tokenizer,
+        tokens_per_batch=options.tokens_per_batch or config.tokens_per_batch,
+        max_train_length=options.max_train_length or config.max_train_length,
+        num_replicas=replicas,
+        pad_to_bucket_boundary=bool(options.jit_compile),
+        shuffle=False,
+        cache_dir=run_dir.data_cache_dir(model_dir),
+        name=options.dev_split,
+    ).dataset
+    pairs = list(dev.pairs())[: options.dev_bleu_sentences]
+    return validation, [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def total_micro_batches(config: TransformerConfig, options: RunOptions, steps_per_epoch: int) -> int:
+    """Micro-batches the run trains on: ``--train_steps`` updates, else ``--epochs``, else the preset's steps."""
+    accumulate = max(1, options.accumulate_steps)
+    if options.train_steps:
+        return options.train_steps * accumulate
+    if options.epochs:
+        return options.epochs * steps_per_epoch
+    return config.train_steps * accumulate
+
+
+def update_count(total_micro: int, accumulate_steps: int) -> int:
+    return math.ceil(total_micro / max(1, accumulate_steps))
+
+
+def initialize_from(model: keras.Model, source_dir: str, checkpoint: str) -> None:
+    """Copies another run's weights (``--init_from``); the optimizer and schedule start at step 0.
+
+    Through a model of its own: the compiled model's checkpoint would also restore the optimizer.
+    """
+    source, _ = run_dir.restore_model(source_dir, checkpoint)
+    for weight, value in zip(model.weights, source.weights, strict=True):
+        weight.assign(value)
+
+
+def weighted_stream(data: pipelines.TrainingData, done_micro: int, accumulate_steps: int) -> tf.data.Dataset:
+    """The stream from micro-batch ``done_micro`` on, each batch weighted by its update's tokens.
+
+    The groups of ``accumulate_steps`` micro-batches whose tokens make one
+    update's weights start at update boundaries, even when a run resumes
+    within an accumulation (a time budget may stop it there).
+    """
+    accumulate = max(1, accumulate_steps)
+    within = done_micro % accumulate
+    stream = data.starting_at(done_micro - within).apply(pipelines.update_weights(accumulate))
+    return stream.skip(within) if within else stream
