@@ -27,7 +27,7 @@ flags.DEFINE_string("tgt", "de", "Target language code.")
 flags.DEFINE_string("split", "train", "Split to read.")
 flags.DEFINE_integer("tokens", 25_000, "Global token budget per side.")
 flags.DEFINE_integer("vocab_size", 8000, "Shared SentencePiece vocabulary size.")
-flags.DEFINE_integer("max_length", 256, "Length filter, subwords per side.")
+flags.DEFINE_integer("max_train_length", 256, "Length filter: pairs with a longer side (subwords) are dropped.")
 flags.DEFINE_integer("epochs", 3, "Epochs read from the cache (the best is reported).")
 
 
@@ -69,7 +69,7 @@ def main(argv):
         vocab_seconds = time.perf_counter() - start
         tokenizer = Tokenizer(model)
         cache = os.path.join(work, "cache")
-        common = dict(tokens_per_batch=FLAGS.tokens, max_length=FLAGS.max_length, cache_dir=cache, seed=0)
+        common = dict(tokens_per_batch=FLAGS.tokens, max_train_length=FLAGS.max_train_length, cache_dir=cache, seed=0)
 
         start = time.perf_counter()
         first = training_dataset(corpus, tokenizer, **common)  # tokenizes and writes the cache

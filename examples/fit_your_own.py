@@ -19,7 +19,7 @@ args = parser.parse_args()
 corpus = pipelines.find_split(args.data, "train", "en", "de")
 pipelines.train_sentencepiece(corpus.pairs(), args.vocab, vocab_size=2000)
 tokenizer = pipelines.Tokenizer(args.vocab)
-train = pipelines.training_dataset(corpus, tokenizer, tokens_per_batch=2048, max_length=64, repeat=True)
+train = pipelines.training_dataset(corpus, tokenizer, tokens_per_batch=2048, max_train_length=64, repeat=True)
 
 config = get_config("tiny", vocab_size=tokenizer.vocab_size)
 model = build_transformer(config)

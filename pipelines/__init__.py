@@ -1,17 +1,8 @@
 """tf.data input: real parallel text → SentencePiece subwords → token-budget batches."""
 
 from pipelines.batching import Buckets, bucket_by_length, make_buckets
-from pipelines.dataset import (
-    CorpusStats,
-    TrainingData,
-    cached_chunks,
-    corpus_stats,
-    evaluation_dataset,
-    restore_order,
-    to_features_and_labels,
-    tokenize_pairs,
-    training_dataset,
-)
+from pipelines.dataset import CorpusStats, TrainingData, corpus_stats, to_features_and_labels, training_dataset
+from pipelines.evaluation import evaluation_dataset, restore_order
 from pipelines.global_batches import part_bounds, replica_parts, update_weights
 from pipelines.sources import (
     DataError,
@@ -24,6 +15,7 @@ from pipelines.sources import (
     tsv_file,
 )
 from pipelines.text_lines import line_dataset, read_lines, split_lines
+from pipelines.token_cache import cached_chunks, tokenize_pairs
 from pipelines.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_sentencepiece
 
 __all__ = [

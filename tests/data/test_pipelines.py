@@ -2,7 +2,6 @@
 
 import collections
 import logging
-import os
 import unicodedata
 
 import numpy as np
@@ -17,29 +16,13 @@ from pipelines import (
     UNK_ID,
     DataError,
     Tokenizer,
-    evaluation_dataset,
     find_split,
-    make_buckets,
     parallel_files,
-    restore_order,
     train_sentencepiece,
     training_dataset,
     tsv_file,
 )
 from tests.corpora import SHARED_DATA, write_corpus
-
-
-@pytest.fixture(scope="module")
-def tokenizer(corpus_dir, tmp_path_factory):
-    corpus = find_split(str(corpus_dir), "train", "en", "de")
-    path = tmp_path_factory.mktemp("vocab") / "sp.model"
-    train_sentencepiece(corpus.pairs(), str(path), vocab_size=120)
-    return Tokenizer(str(path))
-
-
-def python_lengths(tokenizer, pairs):
-    processor = tokenizer.python_processor()
-    return {(len(processor.encode(s.strip())) + 1, len(processor.encode(t.strip())) + 1) for s, t in pairs}
 
 
 def collect(dataset):
@@ -95,16 +78,6 @@ def test_vocabulary_options(corpus_dir, tmp_path):
 # --- batches -------------------------------------------------------------------------------------
 
 
-def test_buckets_are_multiples_of_8_within_budget():
-    buckets = make_buckets(max_length=100, tokens_per_batch=25_000, num_replicas=4)
-    assert all(length % 8 == 0 for length in buckets.padded_lengths)
-    assert buckets.padded_lengths[-1] >= 100
-    for length, size in zip(buckets.padded_lengths, buckets.batch_sizes, strict=True):
-        assert size % 4 == 0 and size * length <= 25_000
-    with pytest.raises(ValueError, match="tokens_per_batch"):
-        make_buckets(max_length=256, tokens_per_batch=300, num_replicas=2)
-
-
 @pytest.mark.parametrize("pad_to_bucket_boundary", [False, True])
 @pytest.mark.parametrize("num_replicas", [1, 2])
 def test_batches_keep_the_contract_and_the_budget(corpus_dir, tokenizer, pad_to_bucket_boundary, num_replicas):
@@ -114,7 +87,7 @@ def test_batches_keep_the_contract_and_the_budget(corpus_dir, tokenizer, pad_to_
         corpus,
         tokenizer,
         tokens_per_batch=budget,
-        max_length=64,
+        max_train_length=64,
         num_replicas=num_replicas,
         pad_to_bucket_boundary=pad_to_bucket_boundary,
         seed=1,
@@ -156,7 +129,9 @@ def test_same_seed_same_batches(corpus_dir, tokenizer):
     corpus = find_split(str(corpus_dir), "train", "en", "de")
 
     def run(seed):
-        data = training_dataset(corpus, tokenizer, tokens_per_batch=512, max_length=64, seed=seed, deterministic=True)
+        data = training_dataset(
+            corpus, tokenizer, tokens_per_batch=512, max_train_length=64, seed=seed, deterministic=True
+        )
         return collect(data.dataset)
 
     first, second, other = run(7), run(7), run(8)
@@ -172,7 +147,7 @@ def test_length_filter_reports_what_it_drops(tmp_path, tokenizer, caplog):
     write_corpus(tmp_path, n=20, extra=[("", "Haus."), ("alpha", "   "), (long_line, "beta."), ("gamma", "delta.")])
     corpus = find_split(str(tmp_path), "train", "en", "de")
     with caplog.at_level(logging.INFO):
-        data = training_dataset(corpus, tokenizer, tokens_per_batch=512, max_length=40)
+        data = training_dataset(corpus, tokenizer, tokens_per_batch=512, max_train_length=40)
     stats = data.stats
     assert (stats.pairs, stats.empty, stats.too_long, stats.kept) == (24, 2, 1, 21)
     rows = sum(int(np.count_nonzero(inputs.any(axis=1))) for inputs, _, _ in collect(data.dataset))
@@ -186,7 +161,7 @@ def test_tsv_source_gives_the_same_pairs(tmp_path, corpus_dir, tokenizer):
     (tmp_path / "train.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in zip(src, tgt, strict=True)))
     corpus = tsv_file(str(tmp_path / "train.tsv"))
     assert list(corpus.pairs()) == list(zip(src, tgt, strict=True))
-    data = training_dataset(corpus, tokenizer, tokens_per_batch=512, max_length=64)
+    data = training_dataset(corpus, tokenizer, tokens_per_batch=512, max_train_length=64)
     seen = collections.Counter(
         (int(np.count_nonzero(s)), int(np.count_nonzero(lab)))
         for inputs, _, labels in collect(data.dataset)
@@ -196,82 +171,6 @@ def test_tsv_source_gives_the_same_pairs(tmp_path, corpus_dir, tokenizer):
     assert seen == collections.Counter(
         (len(processor.encode(s)) + 1, len(processor.encode(t)) + 1) for s, t in zip(src, tgt, strict=True)
     )
-
-
-def test_cache_is_reused_and_never_half_written(tmp_path, corpus_dir, tokenizer, monkeypatch):
-    corpus = find_split(str(corpus_dir), "train", "en", "de")
-    cache = tmp_path / "cache"
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("interrupted")
-
-    real_tokenize = pipelines.dataset.tokenize_pairs
-    monkeypatch.setattr(pipelines.dataset, "tokenize_pairs", broken)
-    with pytest.raises(RuntimeError, match="interrupted"):
-        training_dataset(corpus, tokenizer, tokens_per_batch=512, max_length=64, cache_dir=str(cache))
-    assert os.listdir(cache) == []  # no half-written cache left behind
-
-    monkeypatch.setattr(pipelines.dataset, "tokenize_pairs", real_tokenize)
-    first = training_dataset(corpus, tokenizer, tokens_per_batch=512, max_length=64, cache_dir=str(cache), seed=1)
-    assert len(os.listdir(cache)) == 1
-    monkeypatch.setattr(pipelines.dataset, "tokenize_pairs", broken)  # a second run must not tokenize
-    second = training_dataset(corpus, tokenizer, tokens_per_batch=512, max_length=64, cache_dir=str(cache), seed=1)
-    assert second.stats == first.stats
-    assert sum(len(i) for i, _, _ in collect(second.dataset)) == first.stats.kept
-
-
-def test_runs_building_the_same_cache_at_once_both_succeed(tmp_path, corpus_dir, tokenizer, monkeypatch):
-    corpus = find_split(str(corpus_dir), "train", "en", "de")
-    cache = tmp_path / "cache"
-    real_chunk_examples = pipelines.dataset.chunk_examples
-    other = []
-
-    def other_run_finishes_first(examples, seed=0):
-        if not other:  # while this run tokenizes, another one builds and publishes the same cache
-            other.append(None)
-            other[0] = pipelines.cached_chunks(corpus, tokenizer, str(cache))
-        return real_chunk_examples(examples, seed)
-
-    monkeypatch.setattr(pipelines.dataset, "chunk_examples", other_run_finishes_first)
-    chunks, lengths = pipelines.cached_chunks(corpus, tokenizer, str(cache))
-    assert len(os.listdir(cache)) == 1  # one cache, no staging left behind
-    other_chunks, other_lengths = other[0]
-    assert len(lengths) == corpus.num_lines and np.array_equal(lengths, other_lengths)
-    assert python_lengths(tokenizer, corpus.pairs()) == {tuple(row) for row in lengths}
-    rows = [(len(i), len(t)) for chunk in chunks for i, t in zip(chunk["inputs"], chunk["targets"], strict=True)]
-    assert rows == [tuple(row) for row in lengths]  # the cache reads back whole
-
-
-def test_a_failure_while_writing_the_cache_leaves_no_cache(tmp_path, corpus_dir, tokenizer, monkeypatch):
-    corpus = find_split(str(corpus_dir), "train", "en", "de")
-    cache = tmp_path / "cache"
-
-    def disk_full(*args, **kwargs):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(pipelines.dataset.np, "save", disk_full)  # after the chunks are written
-    with pytest.raises(OSError, match="No space left"):
-        pipelines.cached_chunks(corpus, tokenizer, str(cache))
-    assert os.listdir(cache) == []
-    monkeypatch.undo()
-    partial = cache / pipelines.dataset._cache_key(corpus, tokenizer)  # left by other means, e.g. a copy cut short
-    partial.mkdir()
-    (partial / "lengths.npy").write_bytes(b"cut short")
-    _, lengths = pipelines.cached_chunks(corpus, tokenizer, str(cache))
-    assert len(lengths) == corpus.num_lines and len(os.listdir(cache)) == 1
-
-
-def test_evaluation_batches_restore_the_original_order(tokenizer):
-    sources = ["alpha beta gamma delta", "", "omega", " ".join(["zeta"] * 300), "haus baum", "kappa " * 5]
-    batches = list(evaluation_dataset(sources, tokenizer, tokens_per_batch=64, max_batch_size=2))
-    lengths = [b["inputs"].shape[1] for b in batches]
-    assert lengths == sorted(lengths)
-    assert all(b["inputs"].shape[0] <= 2 for b in batches)
-    assert any(b["inputs"].shape[1] > 300 for b in batches)  # never truncated
-    # "decode" each batch by detokenizing its inputs; the outputs come back in input order.
-    outputs = [tokenizer.detokenize(b["inputs"]).numpy() for b in batches]
-    restored = restore_order([b["index"].numpy() for b in batches], outputs, len(sources))
-    assert [r.decode() for r in restored] == [" ".join(s.split()) for s in sources]
 
 
 # --- bad input --------------------------------------------------------------------------------------
@@ -308,7 +207,7 @@ def test_empty_corpus_after_filtering_is_an_error(tmp_path, tokenizer):
     (tmp_path / "train.de").write_text("Haus.\n\nBaum.\n")
     corpus = find_split(str(tmp_path), "train", "en", "de")
     with pytest.raises(DataError, match="No training pairs left.*dropped 2 with an empty side and 1 longer"):
-        training_dataset(corpus, tokenizer, tokens_per_batch=512, max_length=32)
+        training_dataset(corpus, tokenizer, tokens_per_batch=512, max_train_length=32)
 
 
 # --- TFDS --------------------------------------------------------------------------------------------
@@ -377,7 +276,9 @@ def test_multi30k_batches_within_budget(tmp_path):
     assert corpus.num_lines == 29000
     model = train_sentencepiece(corpus.pairs(), str(tmp_path / "sp.model"), vocab_size=4000, max_sentences=20000)
     tokenizer = Tokenizer(model)
-    data = training_dataset(corpus, tokenizer, tokens_per_batch=25_000, max_length=256, pad_to_bucket_boundary=True)
+    data = training_dataset(
+        corpus, tokenizer, tokens_per_batch=25_000, max_train_length=256, pad_to_bucket_boundary=True
+    )
     rows = 0
     for features, labels in data.dataset:
         assert features["inputs"].shape.num_elements() <= 25_000 and labels.shape.num_elements() <= 25_000
@@ -397,18 +298,8 @@ def _rows(batch):
 
 def _repeated(corpus_dir, tokenizer, **kwargs):
     corpus = find_split(str(corpus_dir), "train", "en", "de")
-    settings = dict(tokens_per_batch=512, max_length=64, repeat=True, seed=3, deterministic=True) | kwargs
+    settings = dict(tokens_per_batch=512, max_train_length=64, repeat=True, seed=3, deterministic=True) | kwargs
     return training_dataset(corpus, tokenizer, **settings)
-
-
-def test_epoch_plan_merges_the_leftovers_longest_first():
-    buckets = make_buckets(max_length=16, tokens_per_batch=64)  # lengths 8 and 16: 8 and 4 rows a batch
-    assert buckets.batch_sizes == (8, 4)
-    plan = buckets.epoch_plan([3] * 10 + [12] * 5)
-    # One full batch per bucket; the leftovers (1 long, 2 short rows) share a batch of the long bucket.
-    assert (plan.full_batches, plan.partial_batches, plan.merged_rows, plan.batches) == (2, 2, (3,), 3)
-    plan = buckets.epoch_plan([3] * 7 + [12] * 7)  # 3 long leftovers take 1 short row; 6 short rows remain
-    assert plan.merged_rows == (4, 6)
 
 
 @pytest.mark.parametrize("pad_to_bucket_boundary", [False, True])
