@@ -10,6 +10,7 @@ length, times the number of replicas, so no batch ever exceeds the budget.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -24,9 +25,12 @@ class EpochPlan:
     """How one epoch is batched: the buckets' full batches, then the leftovers merged.
 
     Bucketing one epoch on its own leaves each bucket's last batch partly filled;
-    those leftovers are merged, longest first, into as few batches as the token
-    budget allows (a batch takes the size of the bucket of its longest row), so
-    a small corpus does not pay one short batch per bucket every epoch.
+    those leftovers, sorted longest first, are cut into as few batches as the
+    token budget allows (a batch takes the size of the bucket of its longest
+    row), so a small corpus does not pay one short batch per bucket every epoch.
+    Among the cuts into that many batches, the plan takes the one with the least
+    padding, each row counted at its batch's bucket length: filling each batch
+    to the brim, longest first, packs short rows under long ones.
     """
 
     full_batches: int  # batches the buckets fill, in the order they fill
@@ -63,25 +67,49 @@ class Buckets:
         counts = np.bincount(bucket, minlength=len(self.padded_lengths))[: len(self.padded_lengths)]
         sizes = np.asarray(self.batch_sizes)
         leftover = counts % sizes
-        merged = []
-        remaining = leftover.copy()
-        for top in range(len(sizes) - 1, -1, -1):  # longest first: the longest row sets the batch size
-            while remaining[top]:
-                room, rows = int(sizes[top]), 0
-                for below in range(top, -1, -1):
-                    taken = min(room, int(remaining[below]))
-                    remaining[below] -= taken
-                    room -= taken
-                    rows += taken
-                    if not room:
-                        break
-                merged.append(rows)
-        return EpochPlan(int(np.sum(counts // sizes)), int(np.count_nonzero(leftover)), tuple(merged))
+        merged = _cut_leftovers(leftover, sizes, np.asarray(self.padded_lengths))
+        return EpochPlan(int(np.sum(counts // sizes)), int(np.count_nonzero(leftover)), merged)
 
     @property
     def boundaries(self) -> list[int]:
         # bucket_by_sequence_length's buckets are [b_{i-1}, b_i) and it pads to b_i - 1.
         return [length + 1 for length in self.padded_lengths]
+
+
+def _cut_leftovers(leftover, sizes, padded_lengths) -> tuple[int, ...]:
+    """Rows of each merged batch: the fewest batches, then the fewest padded tokens.
+
+    The leftover rows, longest first, are cut into consecutive batches; a batch
+    starting with a row of bucket ``t`` holds at most ``sizes[t]`` rows, padded
+    to ``padded_lengths[t]``. In a best cut every batch starts at the first row
+    of a bucket or is full: otherwise moving its start one row earlier takes a
+    row of the same bucket from the batch before (whose length is at least as
+    long) without padding more. So only those starts are tried, from the end.
+    """
+    buckets = [b for b in range(len(sizes) - 1, -1, -1) if leftover[b]]  # longest first
+    counts = [int(leftover[b]) for b in buckets]
+    firsts = np.cumsum([0] + counts[:-1]).tolist()  # the position of each bucket's first row
+
+    @functools.cache
+    def best(end: int) -> tuple[int, int, tuple[int, ...]]:
+        """``(batches, padded tokens, rows per batch)`` of the best cut of the first ``end`` rows."""
+        if end == 0:
+            return 0, 0, ()
+        choices = []
+        for index, bucket in enumerate(buckets):
+            first, size = firsts[index], int(sizes[bucket])
+            if first >= end:
+                break
+            full = end - size  # a full batch ending at ``end`` whose first row is in this bucket
+            for start in (first, full) if first < full < first + counts[index] else (first,):
+                if 0 < end - start <= size:
+                    batches, padded, rows = best(start)
+                    choices.append(
+                        (batches + 1, padded + (end - start) * int(padded_lengths[bucket]), rows + (end - start,))
+                    )
+        return min(choices)
+
+    return best(sum(counts))[2]
 
 
 def make_buckets(max_length: int, tokens_per_batch: int, num_replicas: int = 1) -> Buckets:

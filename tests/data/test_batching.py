@@ -21,5 +21,18 @@ def test_epoch_plan_merges_the_leftovers_longest_first():
     plan = buckets.epoch_plan([3] * 10 + [12] * 5)
     # One full batch per bucket; the leftovers (1 long, 2 short rows) share a batch of the long bucket.
     assert (plan.full_batches, plan.partial_batches, plan.merged_rows, plan.batches) == (2, 2, (3,), 3)
-    plan = buckets.epoch_plan([3] * 7 + [12] * 7)  # 3 long leftovers take 1 short row; 6 short rows remain
-    assert plan.merged_rows == (4, 6)
+    # 3 long and 7 short leftovers make 2 batches either as 4 + 6 rows (a short row padded to 16)
+    # or as 3 + 7 (every row at its own bucket's length): the second pads less.
+    plan = buckets.epoch_plan([3] * 7 + [12] * 7)
+    assert plan.merged_rows == (3, 7)
+
+
+def test_epoch_plan_packs_no_short_rows_under_long_ones_without_saving_a_batch():
+    buckets = make_buckets(max_length=24, tokens_per_batch=48)  # lengths 8, 16, 24: 6, 3 and 2 rows a batch
+    assert buckets.batch_sizes == (6, 3, 2)
+    plan = buckets.epoch_plan([20] + [12] * 2 + [4] * 5)  # every row is a leftover
+    # Three batches are the fewest. Filled to the brim, longest first, they are (24 16)(16 8 8)
+    # (8 8 8): 120 padded tokens a side; (24)(16 16)(8 8 8 8 8) pads 96.
+    assert (plan.full_batches, plan.partial_batches, plan.merged_rows) == (0, 3, (1, 2, 5))
+    # Fewer batches come first: (24 16)(8 8) pads 64 where (24)(16)(8 8) would pad 56.
+    assert buckets.epoch_plan([20, 12, 4, 4]).merged_rows == (2, 2)

@@ -22,7 +22,7 @@ from pipelines import (
     training_dataset,
     tsv_file,
 )
-from tests.corpora import SHARED_DATA, write_corpus
+from tests.corpora import SHARED_DATA, WORDS, write_corpus
 
 
 def collect(dataset):
@@ -171,6 +171,31 @@ def test_tsv_source_gives_the_same_pairs(tmp_path, corpus_dir, tokenizer):
     assert seen == collections.Counter(
         (len(processor.encode(s)) + 1, len(processor.encode(t)) + 1) for s, t in zip(src, tgt, strict=True)
     )
+
+
+def test_merged_leftovers_keep_padding_low(tmp_path, tokenizer):
+    """An epoch's leftovers cut where they pad least: a corpus of broadly spread lengths, small batches."""
+    rng = np.random.default_rng(0)
+    words = rng.lognormal(np.log(8), 0.45, size=1000).clip(1, 40).astype(int)  # [pairs]
+    (tmp_path / "train.en").write_text("".join(" ".join(rng.choice(WORDS, n)) + "\n" for n in words))
+    (tmp_path / "train.de").write_text(
+        "".join(" ".join(rng.choice(WORDS, max(1, n + rng.integers(-2, 3)))) + "\n" for n in words)
+    )
+    corpus = find_split(str(tmp_path), "train", "en", "de")
+    data = training_dataset(corpus, tokenizer, tokens_per_batch=4096, max_train_length=256, seed=0)
+    real = padded = 0
+    for features, labels in data.dataset:
+        real += int(np.count_nonzero(features["inputs"])) + int(np.count_nonzero(labels))
+        padded += features["inputs"].shape.num_elements() + labels.shape.num_elements()
+    # Each batch filled to the brim with the leftovers, longest first, gave 0.70 here; this plan 0.76.
+    assert real / padded > 0.73
+    # Still as few batches as the budget allows: fewer than one partial batch per bucket.
+    processor = tokenizer.python_processor()
+    plan = data.buckets.epoch_plan(
+        [max(len(processor.encode(s)), len(processor.encode(t))) + 1 for s, t in corpus.pairs()]
+    )
+    assert data.stats.kept == 1000 and data.batches_per_epoch == plan.batches
+    assert plan.partial_batches > len(plan.merged_rows)
 
 
 # --- bad input --------------------------------------------------------------------------------------
