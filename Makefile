@@ -33,7 +33,8 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-# The main job: Multi30k EN→DE trained, averaged, evaluated, exported and used (about 25 minutes on 2 cores).
+# The main job: Multi30k EN→DE trained for 18 minutes (DEMO_MINUTES), then averaged, exported, evaluated
+# and used, which takes a few minutes more (docs/benchmarks.md#the-main-job).
 demo: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m tf_transformer.cli.demo
 

@@ -215,9 +215,9 @@ def test_fused_adam_updates_as_keras_adam():
 @pytest.mark.slow
 def test_user_script_in_readme_trains(tmp_path):
     script = (ROOT / "examples" / "fit_your_own.py").read_text()
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "training.md").read_text()
     body = script.split('"""', 2)[2].strip()
-    assert body in readme, "README must show examples/fit_your_own.py as it is"
+    assert body in readme, "docs/training.md must show examples/fit_your_own.py as it is"
     corpus = tmp_path / "corpus"
     write_corpus(corpus, n=200)
     result = subprocess.run(
