@@ -9,9 +9,12 @@ Only stock TensorFlow ops: the graph can be served by TF Serving.
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import tensorflow as tf
 
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
+from tf_transformer.inference.top_k import top_k_rows
 from tf_transformer.inference.xla import in_xla
 
 NEG_INF = -1.0e9
@@ -42,16 +45,6 @@ def _gather_beams(tree, indices, batch, beam_in):
         return gathered
 
     return tf.nest.map_structure(gather, tree)
-
-
-def _chunk_size(vocab) -> int | None:
-    """A divisor of ``vocab`` to split rows into for :func:`top_k_rows` (None: not worth it)."""
-    if vocab is None or vocab < 1024:
-        return None
-    for size in range(64, 16, -1):  # chunks of 17..64 entries
-        if vocab % size == 0:
-            return size
-    return None
 
 
 def _head_width(vocab) -> int | None:
@@ -86,44 +79,6 @@ def ban_tokens(candidates, eos_banned):
     first = tf.gather(heads, rows)  # [batch * K, width]
     heads = tf.raw_ops.InplaceUpdate(x=heads, i=rows, v=tf.where(banned, NEG_INF, first))
     return tf.reshape(heads, shape)  # [batch, K, vocab]
-
-
-def top_k_rows(x, k: int, offsets=None):
-    """``tf.math.top_k(x, k)`` over the last axis of ``x`` ``[..., n]``: same values, indices and order.
-
-    TensorFlow's CPU TopK takes ~3 ns per entry however small ``k``; for a
-    vocabulary-wide row it is cheaper to take the maximum of each chunk of
-    ~64 entries, keep the ``k`` chunks with the largest maxima (the row's ``k``
-    best lie in them: a chunk left out has ``k`` chunks ahead of it, each
-    holding an entry at least as good and, at equal values, earlier), and
-    run TopK over those ``k`` chunks in their original order, so ties still
-    resolve to the lower index.
-
-    With ``offsets`` ``[rows, m]``, ``x`` is ``[rows, m, n]`` and the result is
-    that of ``x + offsets[:, :, None]`` flattened to ``[rows, m * n]``, without
-    forming that sum: chunks divide ``n``, so each has one offset, added to its
-    maximum (``max(x) + o == max(x + o)`` exactly, as rounding is monotonic)
-    and to the ``k`` chunks picked, not to all ``m * n`` entries.
-    """
-    lead = tf.shape(x)[:-1] if offsets is None else tf.shape(x)[:1]
-    m, n = (1, x.shape[-1]) if offsets is None else (x.shape[-2], x.shape[-1])
-    size = _chunk_size(n)
-    if size is None or k * size >= m * n:
-        flat = x if offsets is None else tf.reshape(x + offsets[:, :, None], [-1, m * n])
-        return tf.math.top_k(flat, k=k)
-    per = n // size  # chunks per part
-    maxima = tf.reduce_max(tf.reshape(x, [-1, m, per, size]), axis=-1)  # [rows, m, per]
-    if offsets is not None:
-        maxima = maxima + offsets[:, :, None]  # [rows, m, per]
-    _, chunks = tf.math.top_k(tf.reshape(maxima, [-1, m * per]), k=k)  # [rows, k]
-    chunks = tf.sort(chunks, axis=-1)  # original order: ties keep resolving to the lower index
-    picked = tf.gather(tf.reshape(x, [-1, m * per, size]), chunks, batch_dims=1)  # [rows, k, size]
-    if offsets is not None:
-        picked = picked + tf.gather(offsets, chunks // per, batch_dims=1)[:, :, None]  # [rows, k, size]
-    values, position = tf.math.top_k(tf.reshape(picked, [-1, k * size]), k=k)  # [rows, k]
-    indices = tf.gather(chunks, position // size, batch_dims=1) * size + position % size
-    out_shape = tf.concat([lead, [k]], 0)
-    return tf.reshape(values, out_shape), tf.reshape(indices, out_shape)
 
 
 def top_continuations(log_probs, live_log_probs, step, min_length, max_lengths):
@@ -167,6 +122,145 @@ def top_continuations(log_probs, live_log_probs, step, min_length, max_lengths):
     return tf.where(must_end, end_log_probs, top_log_probs), tf.where(must_end, end_index, top_index)
 
 
+class BeamState(NamedTuple):
+    """The loop state of :func:`beam_search`: K live and K finished hypotheses per sentence.
+
+    Sequences hold BOS at position 0 and the token chosen at step ``i`` at ``i + 1``;
+    ``length`` below is the longest output any sentence of the batch may have.
+
+    Fields:
+      step: ``int32[]``, the position of the tokens the next step reads (0: BOS).
+      live_ids: ``int32[batch, K, length + 1]``, the live hypotheses, best first.
+      live_log_probs: ``float32[batch, K]``, their log-probabilities (``NEG_INF``: not alive).
+      finished_ids: ``int32[batch, K, length + 1]``, the best hypotheses that ended in EOS.
+      finished_scores: ``float32[batch, K]``, their log-probabilities divided by the length penalty.
+      finished_flags: ``bool[batch, K]``, whether each finished slot holds a hypothesis.
+      cache: the decoder's cache, nested ``[batch * K, ...]`` tensors as ``step_fn`` keeps them.
+    """
+
+    step: Any
+    live_ids: Any
+    live_log_probs: Any
+    finished_ids: Any
+    finished_scores: Any
+    finished_flags: Any
+    cache: Any
+
+
+def initial_state(batch, beam_size: int, length, cache) -> BeamState:
+    """Every sentence at BOS, with only its first beam alive and nothing finished."""
+    k = beam_size
+    live_ids = tf.concat(
+        [tf.fill([batch, k, 1], BOS_ID), tf.zeros([batch, k, length], tf.int32)], axis=2
+    )  # [batch, K, length + 1]
+    return BeamState(
+        step=tf.constant(0),
+        live_ids=live_ids,
+        live_log_probs=tf.tile(tf.constant([[0.0] + [NEG_INF] * (k - 1)]), [batch, 1]),  # [batch, K]
+        finished_ids=tf.zeros_like(live_ids),  # [batch, K, length + 1]
+        finished_scores=tf.fill([batch, k], NEG_INF),  # [batch, K]
+        finished_flags=tf.zeros([batch, k], tf.bool),  # [batch, K]
+        cache=cache,
+    )
+
+
+def still_searching(state: BeamState, max_lengths, length, best_possible_penalty):
+    """``bool[]``: some sentence is below its maximum length and could still get a better hypothesis.
+
+    A live beam's score can only fall as it grows: its best possible final score is
+    its log-prob now divided by the largest penalty it can reach
+    (``best_possible_penalty`` ``[batch]``, at the sentence's ``max_lengths``). A
+    sentence is done when its K finished hypotheses all beat that (section 6.1's
+    early stop) or when it reached its maximum length; ``length`` is the largest
+    of ``max_lengths``.
+    """
+    best_live = state.live_log_probs[:, 0] / best_possible_penalty  # [batch]
+    worst_finished = tf.reduce_min(tf.where(state.finished_flags, state.finished_scores, -NEG_INF), axis=1)  # [batch]
+    row_done = tf.logical_and(tf.reduce_all(state.finished_flags, axis=1), worst_finished >= best_live)
+    row_done = tf.logical_or(row_done, state.step >= max_lengths)
+    return tf.logical_and(state.step < length, tf.logical_not(tf.reduce_all(row_done)))
+
+
+class _Candidates(NamedTuple):
+    """The ``2K`` best continuations of a sentence's beams at one step (see :func:`top_continuations`)."""
+
+    log_probs: Any  # float32[batch, 2K]: the hypothesis's log-probability; NEG_INF / 2 or less: dead
+    ids: Any  # int32[batch, 2K, length + 1]: the beam's sequence with the new token written
+    beam: Any  # int32[batch, 2K]: the beam each continues
+    ended: Any  # bool[batch, 2K]: the new token is EOS (and the continuation is not dead)
+    dead: Any  # bool[batch, 2K]: continues a beam that was never alive, or a banned token
+
+
+def expand(state: BeamState, log_probs, min_length, max_lengths, length) -> _Candidates:
+    """The candidates of step ``state.step`` from its ``log_probs`` ``[batch, K, vocab]``.
+
+    ``length``: the longest output of the batch (see :class:`BeamState`).
+    """
+    vocab = log_probs.shape[-1]  # static when the model's is: constant index arithmetic below
+    if vocab is None:
+        vocab = tf.shape(log_probs)[-1]
+    top_log_probs, top_index = top_continuations(
+        log_probs, state.live_log_probs, state.step, min_length, max_lengths
+    )  # [batch, 2K]
+    top_beam = top_index // vocab  # [batch, 2K]
+    top_token = top_index % vocab  # [batch, 2K]
+    top_ids = tf.gather(state.live_ids, top_beam, batch_dims=1)  # [batch, 2K, length + 1]
+    position = tf.one_hot(state.step + 1, length + 1, dtype=tf.int32)  # [length + 1]
+    top_ids = top_ids + position[None, None, :] * top_token[:, :, None]
+    top_is_eos = tf.equal(top_token, EOS_ID)  # [batch, 2K]
+    dead = top_log_probs <= NEG_INF / 2  # continuations of beams that were never alive
+    return _Candidates(top_log_probs, top_ids, top_beam, top_is_eos, dead)
+
+
+def keep_live(state: BeamState, candidates: _Candidates, beam_size: int, reorder_cache) -> BeamState:
+    """The K best candidates that did not just end become the live beams; the cache follows them."""
+    live_candidates = tf.where(candidates.ended | candidates.dead, NEG_INF, candidates.log_probs)  # [batch, 2K]
+    live_log_probs, live_pick = tf.math.top_k(live_candidates, k=beam_size)  # [batch, K]
+    live_ids = tf.gather(candidates.ids, live_pick, batch_dims=1)  # [batch, K, length + 1]
+    source_beam = tf.gather(candidates.beam, live_pick, batch_dims=1)  # [batch, K]
+    return state._replace(
+        live_ids=live_ids, live_log_probs=live_log_probs, cache=reorder_cache(state.cache, source_beam)
+    )
+
+
+def keep_finished(state: BeamState, candidates: _Candidates, beam_size: int, alpha: float) -> BeamState:
+    """Those that just ended, scored with the length penalty, merged into the K best finished hypotheses."""
+    ended = candidates.ended & ~candidates.dead  # [batch, 2K]
+    new_scores = candidates.log_probs / length_penalty(state.step + 1, alpha)  # [batch, 2K]
+    new_scores = tf.where(ended, new_scores, NEG_INF)
+    all_ids = tf.concat([state.finished_ids, candidates.ids], axis=1)  # [batch, 3K, length + 1]
+    all_scores = tf.concat([state.finished_scores, new_scores], axis=1)  # [batch, 3K]
+    all_flags = tf.concat([state.finished_flags, ended], axis=1)  # [batch, 3K]
+    finished_scores, pick = tf.math.top_k(all_scores, k=beam_size)  # [batch, K]
+    return state._replace(
+        finished_ids=tf.gather(all_ids, pick, batch_dims=1),
+        finished_scores=finished_scores,
+        finished_flags=tf.gather(all_flags, pick, batch_dims=1),
+    )
+
+
+def best_hypotheses(state: BeamState, batch, beam_size: int, alpha: float):
+    """``(ids int32[batch, K, length], scores float32[batch, K])`` when the search stops.
+
+    Finished hypotheses first, best first, then live ones (only where fewer than K
+    finished, scored with the penalty of their length); without BOS, and padded
+    with 0 after EOS.
+    """
+    k = beam_size
+    live_scores = state.live_log_probs / length_penalty(state.step, alpha)  # [batch, K]
+    all_ids = tf.concat([state.finished_ids, state.live_ids], axis=1)[:, :, 1:]  # [batch, 2K, length]
+    all_scores = tf.concat(
+        [tf.where(state.finished_flags, state.finished_scores, NEG_INF), live_scores], axis=1
+    )  # [batch, 2K]
+    rank = all_scores - tf.concat([tf.zeros([batch, k]), tf.fill([batch, k], 1e5)], axis=1)  # finished first
+    _, pick = tf.math.top_k(rank, k=k)  # [batch, K]
+    ids = tf.gather(all_ids, pick, batch_dims=1)  # [batch, K, length]
+    scores = tf.gather(all_scores, pick, batch_dims=1)  # [batch, K]
+    # Clear everything after the first EOS.
+    ended = tf.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=2, exclusive=True) > 0
+    return tf.where(ended, 0, ids), scores
+
+
 def beam_search(
     step_fn,
     initial_cache,
@@ -174,7 +268,6 @@ def beam_search(
     max_lengths,
     beam_size: int = 4,
     alpha: float = 0.6,
-    vocab_size=None,
     reorder_cache=None,
     min_length=0,
     first_step_fn=None,
@@ -216,86 +309,33 @@ def beam_search(
         def reorder_cache(cache, beams):
             return _gather_beams(cache, beams, batch, k)
 
-    max_length = tf.reduce_max(max_lengths)
-    # State. Sequences hold BOS at position 0 and the token chosen at step i at i + 1.
-    live_ids = tf.concat(
-        [tf.fill([batch, k, 1], BOS_ID), tf.zeros([batch, k, max_length], tf.int32)], axis=2
-    )  # [batch, K, max_length + 1]
-    live_log_probs = tf.tile(
-        tf.constant([[0.0] + [NEG_INF] * (beam_size - 1)]), [batch, 1]
-    )  # [batch, K]: only the first beam is alive at the start
-    finished_ids = tf.zeros_like(live_ids)  # [batch, K, max_length + 1]
-    finished_scores = tf.fill([batch, k], NEG_INF)  # [batch, K]
-    finished_flags = tf.zeros([batch, k], tf.bool)  # [batch, K]
+    length = tf.reduce_max(max_lengths)
     best_possible_penalty = length_penalty(max_lengths, alpha)  # [batch]
 
-    def not_done(step, live_ids, live_log_probs, finished_ids, finished_scores, finished_flags, cache):
-        # A live beam's score can only fall as it grows: its best possible final
-        # score is its log-prob now divided by the largest penalty it can reach.
-        best_live = live_log_probs[:, 0] / best_possible_penalty  # [batch]
-        worst_finished = tf.reduce_min(tf.where(finished_flags, finished_scores, -NEG_INF), axis=1)  # [batch]
-        row_done = tf.logical_and(tf.reduce_all(finished_flags, axis=1), worst_finished >= best_live)
-        row_done = tf.logical_or(row_done, step >= max_lengths)
-        return tf.logical_and(step < max_length, tf.logical_not(tf.reduce_all(row_done)))
+    def advance(state: BeamState, log_probs) -> BeamState:
+        """The state after step ``state.step``, from its ``log_probs`` ``[batch, K, vocab]``."""
+        candidates = expand(state, log_probs, min_length, max_lengths, length)
+        state = keep_finished(keep_live(state, candidates, k, reorder_cache), candidates, k, alpha)
+        return state._replace(step=state.step + 1)
 
-    def advance(log_probs, step, live_ids, live_log_probs, finished_ids, finished_scores, finished_flags, cache):
-        """The state after step ``step``, from its ``log_probs`` ``[batch, K, vocab]``."""
-        vocab = log_probs.shape[-1]  # static when the model's is: constant index arithmetic below
-        if vocab is None:
-            vocab = tf.shape(log_probs)[-1]
-        top_log_probs, top_index = top_continuations(log_probs, live_log_probs, step, min_length, max_lengths)
-        top_beam = top_index // vocab  # [batch, 2K]
-        top_token = top_index % vocab  # [batch, 2K]
-        top_ids = tf.gather(live_ids, top_beam, batch_dims=1)  # [batch, 2K, max_length + 1]
-        position = tf.one_hot(step + 1, max_length + 1, dtype=tf.int32)  # [max_length + 1]
-        top_ids = top_ids + position[None, None, :] * top_token[:, :, None]
-        top_is_eos = tf.equal(top_token, EOS_ID)  # [batch, 2K]
-        dead = top_log_probs <= NEG_INF / 2  # continuations of beams that were never alive
+    def body(state: BeamState) -> tuple[BeamState]:
+        ids = _flatten(state.live_ids[:, :, state.step])  # [batch*K]
+        log_probs, cache = step_fn(ids, state.cache, state.step)  # [batch*K, vocab]
+        return (advance(state._replace(cache=cache), _unflatten(log_probs, batch, k)),)  # [batch, K, vocab]
 
-        # Live: the K best that did not just end.
-        live_candidates = tf.where(top_is_eos | dead, NEG_INF, top_log_probs)  # [batch, 2K]
-        live_log_probs, live_pick = tf.math.top_k(live_candidates, k=k)  # [batch, K]
-        live_ids = tf.gather(top_ids, live_pick, batch_dims=1)  # [batch, K, max_length + 1]
-        source_beam = tf.gather(top_beam, live_pick, batch_dims=1)  # [batch, K]
-        cache = reorder_cache(cache, source_beam)
-
-        # Finished: merge those that just ended (scored with the length penalty) into the K best.
-        new_scores = top_log_probs / length_penalty(step + 1, alpha)  # [batch, 2K]
-        new_scores = tf.where(top_is_eos & ~dead, new_scores, NEG_INF)
-        all_ids = tf.concat([finished_ids, top_ids], axis=1)  # [batch, 3K, max_length + 1]
-        all_scores = tf.concat([finished_scores, new_scores], axis=1)  # [batch, 3K]
-        all_flags = tf.concat([finished_flags, top_is_eos & ~dead], axis=1)  # [batch, 3K]
-        finished_scores, pick = tf.math.top_k(all_scores, k=k)  # [batch, K]
-        finished_ids = tf.gather(all_ids, pick, batch_dims=1)
-        finished_flags = tf.gather(all_flags, pick, batch_dims=1)
-        return step + 1, live_ids, live_log_probs, finished_ids, finished_scores, finished_flags, cache
-
-    def body(step, live_ids, live_log_probs, finished_ids, finished_scores, finished_flags, cache):
-        ids = _flatten(live_ids[:, :, step])  # [batch*K]
-        log_probs, cache = step_fn(ids, cache, step)  # [batch*K, vocab]
-        log_probs = _unflatten(log_probs, batch, k)  # [batch, K, vocab]
-        return advance(log_probs, step, live_ids, live_log_probs, finished_ids, finished_scores, finished_flags, cache)
-
-    state = (tf.constant(0), live_ids, live_log_probs, finished_ids, finished_scores, finished_flags, initial_cache)
-    iterations = max_length
+    state = initial_state(batch, k, length, initial_cache)
+    iterations = length
     if first_step_fn is not None:
         # Step 0 once per sentence; its row stands for every beam (only the first is alive).
-        first_log_probs, cache = first_step_fn(live_ids[:, 0, 0], initial_cache)  # [batch, vocab]
+        first_log_probs, cache = first_step_fn(state.live_ids[:, 0, 0], initial_cache)  # [batch, vocab]
         log_probs = tf.tile(first_log_probs[:, None, :], [1, k, 1])  # [batch, K, vocab]
-        state = advance(log_probs, *state[:-1], cache)
-        iterations = tf.maximum(max_length - 1, 0)
-    step, live_ids, live_log_probs, finished_ids, finished_scores, finished_flags, _ = tf.while_loop(
-        not_done, body, state, maximum_iterations=iterations
+        state = advance(state._replace(cache=cache), log_probs)
+        iterations = tf.maximum(length - 1, 0)
+    (state,) = tf.while_loop(
+        lambda state: still_searching(state, max_lengths, length, best_possible_penalty),
+        body,
+        (state,),
+        maximum_iterations=iterations,
     )
-    # Finished hypotheses first, then live ones (only when fewer than K finished).
-    live_scores = live_log_probs / length_penalty(step, alpha)  # [batch, K]
-    all_ids = tf.concat([finished_ids, live_ids], axis=1)[:, :, 1:]  # [batch, 2K, max_length]
-    all_scores = tf.concat([tf.where(finished_flags, finished_scores, NEG_INF), live_scores], axis=1)  # [batch, 2K]
-    rank = all_scores - tf.concat([tf.zeros([batch, k]), tf.fill([batch, k], 1e5)], axis=1)  # finished first
-    _, pick = tf.math.top_k(rank, k=k)  # [batch, K]
-    ids = tf.gather(all_ids, pick, batch_dims=1)  # [batch, K, max_length]
-    scores = tf.gather(all_scores, pick, batch_dims=1)  # [batch, K]
-    # Clear everything after the first EOS.
-    ended = tf.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=2, exclusive=True) > 0
-    ids = tf.where(ended, 0, ids)
-    return ids, scores, step
+    ids, scores = best_hypotheses(state, batch, k, alpha)
+    return ids, scores, state.step
