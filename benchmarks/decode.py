@@ -23,6 +23,7 @@ import pipelines
 from benchmarks.common import machine, source_batches, timed
 from configs import get_config
 from tf_transformer import build_transformer
+from tf_transformer.inference.decode_options import DecodeOptions
 from tf_transformer.inference.translator import Translator
 
 FLAGS = flags.FLAGS
@@ -52,7 +53,7 @@ def main(argv):
     for name in FLAGS.config:
         config = get_config(name, vocab_size=tokenizer.vocab_size)
         model = build_transformer(config)
-        translator = Translator(model, tokenizer, beam_size=FLAGS.beam)
+        translator = Translator(model, tokenizer, DecodeOptions(beam_size=FLAGS.beam))
         cached = tf.function(
             lambda x, t=translator: t.search(x, force_length=FLAGS.output_tokens)[0], reduce_retracing=True
         )

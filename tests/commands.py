@@ -15,8 +15,9 @@ def run_command(name: str, *flags, input: str | None = None, timeout: float = 60
 
 def export_cli(run_dir, output, *flags):
     """``tft-export`` of ``run_dir`` to ``output`` (maximum output length input + 10) in a fresh process."""
+    command = [str(BIN / "tft-export"), "--model_dir", str(run_dir), "--output", str(output)]
     result = subprocess.run(
-        [str(BIN / "tft-export"), "--model_dir", str(run_dir), "--output", str(output), "--extra_length", "10", *flags],
+        [*command, "--max_extra_length", "10", *flags],
         capture_output=True,
         text=True,
         timeout=600,

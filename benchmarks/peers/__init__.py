@@ -71,7 +71,7 @@ class SavedDecoder(Protocol):
         ...
 
     def load_decoder(self, path: str, batches: list[np.ndarray]) -> Callable[[int], None]:
-        """``run(i)``: the decoder at ``path`` decodes ``batches[i]`` in ``--streams`` parts, checking the length."""
+        """``run(i)``: the decoder at ``path`` decodes ``batches[i]`` (in ``--batch_parts``), checking the length."""
         ...
 
 

@@ -29,7 +29,7 @@ depend on when each system ran.
 
 Two threads can serve a stream of batches in three ways, and each system is measured in
 those it offers: both threads on one batch at a time (every system); each batch split
-into ``--streams`` parts decoded side by side (ours: an export with that many loops;
+into ``--batch_parts`` equal parts decoded side by side (ours: an export with that many loops;
 CTranslate2: ``inter_threads`` workers on the parts); and ``--workers`` whole batches
 at once, one per worker (ours: concurrent calls of a one-loop export's signature, as
 TF Serving runs concurrent requests; CTranslate2: ``inter_threads`` workers, each
@@ -191,14 +191,14 @@ def main(argv):
         raise app.UsageError(f"--steps {FLAGS.steps} must be a positive multiple of --rounds {FLAGS.rounds}")
     if not set(FLAGS.parts) <= {"train", "decode"} or not FLAGS.parts:
         raise app.UsageError(f"--parts {','.join(FLAGS.parts)}: give train, decode or both")
-    if FLAGS.streams > 1 and "train" in FLAGS.parts:
-        raise app.UsageError("--streams needs --parts decode: training would run with fewer intra-op threads")
-    if FLAGS.threads % FLAGS.streams:
-        raise app.UsageError(f"--threads {FLAGS.threads} must be a multiple of --streams {FLAGS.streams}")
+    if FLAGS.batch_parts > 1 and "train" in FLAGS.parts:
+        raise app.UsageError("--batch_parts needs --parts decode: training would run with fewer intra-op threads")
+    if FLAGS.threads % FLAGS.batch_parts:
+        raise app.UsageError(f"--threads {FLAGS.threads} must be a multiple of --batch_parts {FLAGS.batch_parts}")
     if FLAGS.workers > 1 and "train" in FLAGS.parts:
         raise app.UsageError("--workers needs --parts decode: training would run with fewer intra-op threads")
-    if FLAGS.workers > 1 and FLAGS.streams > 1:
-        raise app.UsageError("--workers and --streams are two ways to use the threads: give one")
+    if FLAGS.workers > 1 and FLAGS.batch_parts > 1:
+        raise app.UsageError("--workers and --batch_parts are two ways to use the threads: give one")
     if FLAGS.threads % FLAGS.workers:
         raise app.UsageError(f"--threads {FLAGS.threads} must be a multiple of --workers {FLAGS.workers}")
     batches = -(-FLAGS.sentences // FLAGS.batch)
@@ -242,7 +242,7 @@ def main(argv):
                 "train_batch": [FLAGS.train_batch, FLAGS.src_len, FLAGS.tgt_len],
                 "threads": FLAGS.threads,
                 "parts": FLAGS.parts,
-                "streams": FLAGS.streams,
+                "batch_parts": FLAGS.batch_parts,
                 "workers": FLAGS.workers,
                 "hf_bfloat16_train": FLAGS.hf_bfloat16_train,
                 "bfloat16_hardware": has_bfloat16_hardware(),

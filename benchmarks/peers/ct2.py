@@ -2,7 +2,7 @@
 transformers converter, decoding ``float32`` and ``int8``; decoding only.
 
 It is measured in each way of using ``--threads`` it offers (see :func:`decoder`):
-all threads on one batch, workers on each batch's ``--streams`` (or ``--workers``)
+all threads on one batch, workers on each batch's ``--batch_parts`` (or ``--workers``)
 parts, and with ``--workers`` N, N workers on whole batches.
 """
 
@@ -26,13 +26,13 @@ def decode_runners(size: str, workload: DecodingWorkload) -> dict[str, DecodeRun
     runners = {}
     for compute_type in ("float32", "int8"):
         runners[f"ct2_{compute_type}"] = decoder(ct2_dir, names, compute_type, workload.batches)
-        if FLAGS.streams > 1:
-            runners[f"ct2_{compute_type}_streams{FLAGS.streams}"] = decoder(
-                ct2_dir, names, compute_type, workload.batches, streams=FLAGS.streams
+        if FLAGS.batch_parts > 1:
+            runners[f"ct2_{compute_type}_parts{FLAGS.batch_parts}"] = decoder(
+                ct2_dir, names, compute_type, workload.batches, batch_parts=FLAGS.batch_parts
             )
         if FLAGS.workers > 1:  # its two ways of using that many workers
-            runners[f"ct2_{compute_type}_streams{FLAGS.workers}"] = decoder(
-                ct2_dir, names, compute_type, workload.batches, streams=FLAGS.workers
+            runners[f"ct2_{compute_type}_parts{FLAGS.workers}"] = decoder(
+                ct2_dir, names, compute_type, workload.batches, batch_parts=FLAGS.workers
             )
             runners[f"ct2_{compute_type}_workers{FLAGS.workers}"] = decoder(
                 ct2_dir, names, compute_type, workload.batches, workers=FLAGS.workers
@@ -47,8 +47,8 @@ def save_decoder(size: str, workload: DecodingWorkload) -> str:
 
 
 def load_decoder(path: str, batches: list[np.ndarray]):
-    """float32, each batch in ``--streams`` parts on as many workers."""
-    run = decoder(path, vocabulary(), "float32", batches, FLAGS.streams)
+    """float32, each batch in ``--batch_parts`` equal parts on as many workers."""
+    run = decoder(path, vocabulary(), "float32", batches, FLAGS.batch_parts)
     return lambda i: run([i])
 
 
@@ -80,22 +80,22 @@ def convert(model, work: str) -> tuple[str, list[str]]:
 
 
 def decoder(
-    ct2_dir: str, names: list[str], compute_type: str, batches: list[np.ndarray], streams: int = 1, workers: int = 1
+    ct2_dir: str, names: list[str], compute_type: str, batches: list[np.ndarray], batch_parts: int = 1, workers: int = 1
 ) -> DecodeRun:
     """``run(group)``: CTranslate2's ``translate_batch`` on ``batches[i]`` for each ``i`` of ``group`` (as tokens,
     output length forced), one way of using ``--threads`` threads:
 
-    - ``streams == workers == 1``: one batch after another on all threads;
-    - ``streams > 1``: ``inter_threads=streams`` workers of ``--threads / streams``
-      threads each translate a batch's ``streams`` equal parts at once (as our
+    - ``batch_parts == workers == 1``: one batch after another on all threads;
+    - ``batch_parts > 1``: ``inter_threads=batch_parts`` workers of ``--threads / batch_parts``
+      threads each translate a batch's ``batch_parts`` equal parts at once (as our
       export splits it), submitted asynchronously;
     - ``workers > 1``: ``inter_threads=workers`` workers of ``--threads / workers``
       threads, each translating whole batches of the group, all submitted asynchronously.
     """
     import ctranslate2
 
-    assert streams == 1 or workers == 1, (streams, workers)
-    parallel = max(streams, workers)
+    assert batch_parts == 1 or workers == 1, (batch_parts, workers)
+    parallel = max(batch_parts, workers)
     translator = ctranslate2.Translator(
         ct2_dir,
         device="cpu",
@@ -113,8 +113,8 @@ def decoder(
     )
 
     def parts(i):
-        """``batches[i]`` in ``streams`` equal parts."""
-        part = -(-len(token_batches[i]) // streams)
+        """``batches[i]`` in ``batch_parts`` equal parts."""
+        part = -(-len(token_batches[i]) // batch_parts)
         return [token_batches[i][start : start + part] for start in range(0, len(token_batches[i]), part)]
 
     def check(results):
@@ -126,8 +126,8 @@ def decoder(
             for i in group:
                 check(translator.translate_batch(token_batches[i], **options))
             return
-        # streams: each batch's parts at once, batch after batch; workers: the group's whole batches at once.
-        for pieces in [parts(i) for i in group] if streams > 1 else [[token_batches[i] for i in group]]:
+        # batch_parts: each batch's parts at once, batch after batch; workers: the group's whole batches at once.
+        for pieces in [parts(i) for i in group] if batch_parts > 1 else [[token_batches[i] for i in group]]:
             pending = [translator.translate_batch(piece, asynchronous=True, **options) for piece in pieces]
             check([result.result() for piece in pending for result in piece])
 

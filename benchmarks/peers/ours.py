@@ -17,6 +17,7 @@ from benchmarks.peers.workload import FLAGS, concurrently, keras_fit_runner, one
 from configs import get_config
 from tf_transformer import build_transformer
 from tf_transformer.flops import training_flops
+from tf_transformer.inference.decode_options import DecodeOptions
 from tf_transformer.inference.export import export_translator
 from tf_transformer.inference.precision import inference_copy
 from tf_transformer.inference.translator import Translator
@@ -34,13 +35,13 @@ def decode_runners(size: str, workload: DecodingWorkload) -> dict[str, DecodeRun
         for dtype in ("float32", "bfloat16")
     }
     if FLAGS.workers > 1:  # our other way of using that many threads: each batch in parts, one loop each
-        path = export(size, "float32", workload.tokenizer_path, workload.work, streams=FLAGS.workers)
-        runners[f"ours_float32_streams{FLAGS.workers}"] = one_after_another(runner(path, workload.batches))
+        path = export(size, "float32", workload.tokenizer_path, workload.work, batch_parts=FLAGS.workers)
+        runners[f"ours_float32_parts{FLAGS.workers}"] = one_after_another(runner(path, workload.batches))
     return runners
 
 
 def save_decoder(size: str, workload: DecodingWorkload) -> str:
-    """The float32 export with ``--streams`` loops."""
+    """The float32 export with a loop for each of ``--batch_parts``."""
     return export(size, "float32", workload.tokenizer_path, workload.work)
 
 
@@ -65,25 +66,24 @@ def trainer(size: str, precision: str) -> Training:
     return Training(run, figures)
 
 
-def export(size: str, dtype: str, tokenizer_path: str, work: str, streams: int | None = None) -> str:
+def export(size: str, dtype: str, tokenizer_path: str, work: str, batch_parts: int | None = None) -> str:
     """Our ``size`` preset (random weights) exported for decoding with a fixed output length; returns its path.
 
     ``dtype`` as ``tft-export --dtype``: bfloat16 stores the weights in bfloat16.
-    The export splits each batch into ``streams`` parts (``tft-export --streams``; default ``--streams``).
+    The export splits each batch into ``batch_parts`` equal parts (``tft-export --batch_parts``; default the flag's).
     """
     config = get_config(size, vocab_size=FLAGS.vocab_size)
     model = build_transformer(config)
     if dtype != "float32":
         model = inference_copy(model, dtype)
-    translator = Translator(
-        model,
-        pipelines.Tokenizer(tokenizer_path),
+    options = DecodeOptions(
         beam_size=FLAGS.beam,
         min_length=FLAGS.output_tokens,
-        max_length=FLAGS.output_tokens,
-        streams=FLAGS.streams if streams is None else streams,
+        max_output_length=FLAGS.output_tokens,
+        batch_parts=FLAGS.batch_parts if batch_parts is None else batch_parts,
     )
-    name = f"ours_{size}_{dtype}" + (f"_streams{streams}" if streams else "")
+    translator = Translator(model, pipelines.Tokenizer(tokenizer_path), options)
+    name = f"ours_{size}_{dtype}" + (f"_parts{batch_parts}" if batch_parts else "")
     return export_translator(translator, tokenizer_path, os.path.join(work, name, "1"))
 
 

@@ -36,18 +36,19 @@ flags.DEFINE_integer("rounds", 4, "Interleaved rounds the timed training steps a
 flags.DEFINE_integer("threads", 2, "Threads for every system.")
 flags.DEFINE_list("parts", ["train", "decode"], "What to measure: train, decode or both.")
 flags.DEFINE_integer(
-    "streams",
+    "batch_parts",
     1,
-    "Decode each batch as this many equal parts side by side: ours exported with Translator(streams=N) and run "
+    "Decode each batch as this many equal parts side by side: ours exported with DecodeOptions(batch_parts=N) and run "
     "with --threads / N intra-op and --threads inter-op threads; CTranslate2 measured both ways (intra_threads = "
     "--threads, and inter_threads = N over the same parts), its faster counting. Needs --parts decode (training "
     "would run with fewer intra-op threads).",
     lower_bound=1,
 )
+flags.DEFINE_alias("streams", "batch_parts")  # the name of earlier versions
 flags.DEFINE_integer(
     "workers",
     1,
-    "Decode this many whole batches at once, each on --threads / N intra-op threads (with --streams 1): ours "
+    "Decode this many whole batches at once, each on --threads / N intra-op threads (with --batch_parts 1): ours "
     "as concurrent calls of the export's signature, as TF Serving serves concurrent requests; CTranslate2 as "
     "inter_threads = N workers, each batch submitted asynchronously. Also measured: our N-stream export on each "
     "batch's parts, CTranslate2 with intra_threads = --threads and with N workers on each batch's N parts. Hugging "
@@ -88,8 +89,8 @@ def decoding_workload(work: str) -> DecodingWorkload:
 
 
 def set_threads() -> None:
-    """TensorFlow's threads: ``--threads / (--streams × --workers)`` per op, ``--threads`` ops at once."""
-    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads // (FLAGS.streams * FLAGS.workers))
+    """TensorFlow's threads: ``--threads / (--batch_parts × --workers)`` per op, ``--threads`` ops at once."""
+    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads // (FLAGS.batch_parts * FLAGS.workers))
     tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
 
 

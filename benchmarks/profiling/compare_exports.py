@@ -1,6 +1,6 @@
 """Decoding speed of several exports side by side (a tool, not a test): is a change faster, and the same?
 
-    # the same weights exported by two commits (tft-export with --min_length = --max_length = 40)
+    # the same weights exported by two commits (tft-export with --min_length = --max_output_length = 40)
     python -m benchmarks.profiling.compare_exports --export saved_models/before/1 --export saved_models/after/1
 
 A shared machine's speed drifts over minutes, often by more than a change to
@@ -32,6 +32,7 @@ from absl import app, flags
 
 import pipelines
 from benchmarks.common import machine, rotated, source_batches
+from tf_transformer.inference.export_info import read_export_info
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("export", None, "SavedModel directories (tft-export output); the first is the reference.")
@@ -39,7 +40,7 @@ flags.DEFINE_string("data", "../shared/data/newstest/newstest2013.en", "Source s
 flags.DEFINE_integer("sentences", 512, "Source sentences decoded per round.", lower_bound=1)
 flags.DEFINE_integer("batch", 32, "Sentences per batch.", lower_bound=1)
 flags.DEFINE_integer("rounds", 2, "Passes over the sentences.", lower_bound=1)
-flags.DEFINE_integer("intra_op_threads", 2, "TensorFlow intra-op threads (1 for exports made with --streams N).")
+flags.DEFINE_integer("intra_op_threads", 2, "TensorFlow intra-op threads (1 for exports made with --batch_parts N).")
 flags.DEFINE_integer("inter_op_threads", 2, "TensorFlow inter-op threads.")
 flags.DEFINE_enum(
     "signature", "translate_ids", ["translate_ids", "serving_default"], "The signature timed: ids in, or strings in."
@@ -53,13 +54,9 @@ def token_counter(path: str, tokenizer: pipelines.Tokenizer):
     """outputs → the target tokens they hold, EOS included (see the module)."""
     if FLAGS.signature == "translate_ids":
         return lambda ids: int(np.count_nonzero(ids))
-    info_path = os.path.join(path, "assets.extra", "tf_transformer.json")
-    info = {}
-    if os.path.exists(info_path):
-        with open(info_path, encoding="utf-8") as handle:
-            info = json.load(handle)
-    fixed = info.get("max_length")
-    if fixed and info.get("min_length") == fixed:
+    options = read_export_info(path).options  # of this version's exports or an earlier one's
+    fixed = options.max_output_length if options is not None else None
+    if fixed and options.min_length == fixed:
         return lambda translations: len(translations) * fixed
 
     def retokenized(translations):  # an estimate: detokenizing and tokenizing again may not give the same pieces

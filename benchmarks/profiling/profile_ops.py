@@ -34,6 +34,7 @@ import pipelines
 from benchmarks.common import StepTimer, source_batches, timed
 from configs import get_config
 from tf_transformer import build_transformer
+from tf_transformer.inference.decode_options import DecodeOptions
 from tf_transformer.inference.translator import Translator
 from tf_transformer.training.trainer import compile_model
 
@@ -109,7 +110,7 @@ def decode_speed() -> tuple[float, float]:
     batches = source_batches(tokenizer, lines, FLAGS.batch)
     config = get_config(FLAGS.config, vocab_size=tokenizer.vocab_size)
     model = build_transformer(config, dtype=keras.dtype_policies.get(FLAGS.precision))
-    translator = Translator(model, tokenizer, beam_size=FLAGS.beam)
+    translator = Translator(model, tokenizer, DecodeOptions(beam_size=FLAGS.beam))
     search = tf.function(
         lambda x: translator.search(x, force_length=FLAGS.output_tokens)[0],
         input_signature=[tf.TensorSpec([None, None], tf.int32)],  # traced once, as in an export

@@ -6,7 +6,7 @@
 TensorBoard's profiler charges the time of small ops to their neighbours
 (docs/benchmarks.md), so this measures two other ways. Each runs on a child process
 that decodes the workload of ``benchmarks.peers`` (its flags: ``--batch`` sentences of
-newstest2013, split into ``--streams`` parts, beam ``--beam``, every output forced to
+newstest2013, split into ``--batch_parts`` equal parts, beam ``--beam``, every output forced to
 ``--output_tokens`` tokens, random weights) for ``--seconds``:
 
 - Linux ``perf`` samples the child with frame-pointer call chains. oneDNN names its
@@ -38,7 +38,7 @@ from absl import app, flags
 
 from benchmarks import peers
 from benchmarks.common import machine
-from benchmarks.peers import workload  # the workload's flags: --size, --batch, --streams, --threads, ...
+from benchmarks.peers import workload  # the workload's flags: --size, --batch, --batch_parts, --threads, ...
 
 FLAGS = flags.FLAGS
 flags.adopt_module_key_flags(workload)  # --help lists them too
@@ -60,7 +60,7 @@ def run_child() -> None:
     with np.load(FLAGS.child_batches) as data:
         batches = [data[str(i)] for i in range(len(data.files))]
     workload.set_threads()
-    run = peers.saved_decoder(FLAGS.child_system).load_decoder(FLAGS.child_model, batches)  # one batch, --streams parts
+    run = peers.saved_decoder(FLAGS.child_system).load_decoder(FLAGS.child_model, batches)  # one batch, in parts
     run(0)  # tracing, kernel creation
     print(READY, flush=True)
     done, sentences, start = 0, 0, time.perf_counter()
@@ -206,7 +206,7 @@ def measure(system: str, model: str, batches_file: str, flagfile: str, work: str
         summary = _finish_child(child, lines)
     finally:
         child.kill()
-    result["onednn_ms_per_step"] = onednn_calls(lines, summary["batches"] * FLAGS.streams * FLAGS.output_tokens)
+    result["onednn_ms_per_step"] = onednn_calls(lines, summary["batches"] * FLAGS.batch_parts * FLAGS.output_tokens)
     return result
 
 
@@ -235,10 +235,10 @@ def main(argv):
         raise app.UsageError("Linux perf is not installed (the perf or linux-tools package)")
     if not os.path.exists(FLAGS.data):
         raise app.UsageError(f"--data {FLAGS.data}: not found (real corpora live in ../shared/data)")
-    if FLAGS.threads % FLAGS.streams:
-        raise app.UsageError(f"--threads {FLAGS.threads} must be a multiple of --streams {FLAGS.streams}")
+    if FLAGS.threads % FLAGS.batch_parts:
+        raise app.UsageError(f"--threads {FLAGS.threads} must be a multiple of --batch_parts {FLAGS.batch_parts}")
     if FLAGS.workers != 1:
-        raise app.UsageError("--workers: this tool breaks down one batch at a time (with --streams parts)")
+        raise app.UsageError("--workers: this tool breaks down one batch at a time (in --batch_parts)")
     size = FLAGS.size[0]
     results = {}
     with tempfile.TemporaryDirectory() as work:
@@ -255,7 +255,7 @@ def main(argv):
         for system, model in models.items():
             results[system] = measure(system, model, batches_file, flagfile, work)
             _print_table(system, results[system])
-    settings = ("size", "batch", "beam", "output_tokens", "streams", "threads", "seconds")
+    settings = ("size", "batch", "beam", "output_tokens", "batch_parts", "threads", "seconds")
     print(
         json.dumps(
             {
@@ -272,5 +272,5 @@ def main(argv):
 if __name__ == "__main__":
     FLAGS.set_default("size", ["small"])
     FLAGS.set_default("systems", ["ours", "ct2"])
-    FLAGS.set_default("streams", 2)
+    FLAGS.set_default("batch_parts", 2)
     app.run(main)

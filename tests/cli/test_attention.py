@@ -69,6 +69,16 @@ def test_an_export_draws_its_alignment_layer(tiny_export, tmp_path):
     pairs = [tuple(map(int, pair.split("-"))) for pair in info["alignment"].split()]
     assert all(0 <= source < 3 for source, _ in pairs)  # three source words
     assert imread(output / "sentence_1" / "cross_layer2_mean.png").ndim == 3
+    # What is drawn is what the export's signature returns for the sentence.
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+    signature = tf.saved_model.load(str(tiny_export)).signatures["translate_with_alignment"]
+    outputs = signature(inputs=tf.constant(["alpha beta gamma"]))
+    assert info["alignment"] == outputs["alignments"].numpy()[0].decode()
+    assert info["translation"] == outputs["translations"].numpy()[0].decode()
+    ids = outputs["ids"].numpy()[0]
+    assert len(info["target_tokens"]) == int((ids != 0).sum())  # one row per piece of the translation, EOS included
 
 
 @pytest.mark.parametrize(

@@ -155,7 +155,7 @@ def test_translate_cli_from_a_run_with_nbest(tiny_run, tiny_export):
     rows = [line.split("\t") for line in result.stdout.strip("\n").split("\n")]
     assert [r[0] for r in rows] == ["0", "0", "1", "1"]
     assert float(rows[0][1]) >= float(rows[1][1]) and float(rows[2][1]) >= float(rows[3][1])
-    streams = run_command(
+    parts = run_command(
         "tft-translate",
         "--model_dir",
         str(tiny_run),
@@ -163,7 +163,7 @@ def test_translate_cli_from_a_run_with_nbest(tiny_run, tiny_export):
         "3",
         "--nbest",
         "2",
-        "--streams",
+        "--batch_parts",
         "2",
         "--intra_op_threads",
         "1",
@@ -171,9 +171,9 @@ def test_translate_cli_from_a_run_with_nbest(tiny_run, tiny_export):
         "2",
         input="\n".join(lines) + "\n",
     )
-    assert streams.returncode == 0, streams.stderr[-3000:]
-    split_rows = [line.split("\t") for line in streams.stdout.strip("\n").split("\n")]
-    assert [(r[0], r[2]) for r in split_rows] == [(r[0], r[2]) for r in rows]  # one sentence per stream: same n-best
+    assert parts.returncode == 0, parts.stderr[-3000:]
+    split_rows = [line.split("\t") for line in parts.stdout.strip("\n").split("\n")]
+    assert [(r[0], r[2]) for r in split_rows] == [(r[0], r[2]) for r in rows]  # one sentence per part: same n-best
     np.testing.assert_allclose([float(r[1]) for r in split_rows], [float(r[1]) for r in rows], atol=2e-4)
     refused = run_command("tft-translate", "--model", str(tiny_export), "--nbest", "2", input="zeta\n")
     assert refused.returncode != 0 and "--model_dir" in refused.stderr

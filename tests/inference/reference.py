@@ -1,7 +1,7 @@
 """Greedy decoding without a cache: the plain reference the cached greedy search is tested against.
 
 Re-runs the whole decoder over a fixed-size buffer at every step (section 6.1's
-maximum output length: input length + ``extra_length``).
+maximum output length: input length + ``max_extra_length``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import tensorflow as tf
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
 
 
-def reference_greedy(model, inputs, extra_length: int = 50, max_length: int | None = None):
+def reference_greedy(model, inputs, max_extra_length: int = 50, max_output_length: int | None = None):
     """Greedy translations of ``inputs`` (``int32[batch, src_len]``, EOS-terminated, 0-padded).
 
     Returns ``int32[batch, out_len]`` ids without BOS, each ending in EOS (or cut
@@ -21,9 +21,9 @@ def reference_greedy(model, inputs, extra_length: int = 50, max_length: int | No
     inputs = tf.convert_to_tensor(inputs, tf.int32)
     batch = tf.shape(inputs)[0]
     source_lengths = tf.reduce_sum(tf.cast(inputs != PAD_ID, tf.int32), axis=1)  # [batch]
-    limit = tf.reduce_max(source_lengths) + extra_length
-    if max_length is not None:
-        limit = tf.minimum(limit, max_length)
+    limit = tf.reduce_max(source_lengths) + max_extra_length
+    if max_output_length is not None:
+        limit = tf.minimum(limit, max_output_length)
     memory, memory_mask = model.encode(inputs, training=False)  # [batch, src_len, d_model]
     tokens = tf.concat([tf.fill([batch, 1], BOS_ID), tf.zeros([batch, limit], tf.int32)], axis=1)  # [batch, limit+1]
     finished = tf.zeros([batch], tf.bool)
@@ -35,7 +35,7 @@ def reference_greedy(model, inputs, extra_length: int = 50, max_length: int | No
         logits = model.decode(tokens[:, :-1], memory, memory_mask, training=False)  # [batch, limit, vocab]
         banned = tf.one_hot([PAD_ID, BOS_ID], tf.shape(logits)[-1], on_value=-1e9, off_value=0.0)  # never outputs
         next_id = tf.cast(tf.argmax(logits[:, step] + tf.reduce_sum(banned, 0), axis=-1), tf.int32)  # [batch]
-        per_row_limit = source_lengths + extra_length
+        per_row_limit = source_lengths + max_extra_length
         next_id = tf.where(finished, PAD_ID, next_id)
         next_id = tf.where(tf.logical_and(~finished, step + 1 >= per_row_limit), EOS_ID, next_id)
         column = tf.one_hot(step + 1, limit + 1, dtype=tf.int32)[None, :]  # [1, limit+1]

@@ -13,8 +13,8 @@ def test_workers_translate_as_one_batch_at_a_time(tiny_run, tiny_export):
     two = translate_lines(str(tiny_export), lines, batch_size=2, workers=2)
     assert [text for text, _ in two] == [text for text, _ in one] and one[2][0] == ""
     np.testing.assert_allclose([score for _, score in two], [score for _, score in one], atol=1e-5)
-    single = translate_with_checkpoint(str(tiny_run), lines, 2, None, None, 1)
-    parallel = translate_with_checkpoint(str(tiny_run), lines, 2, None, None, 1, workers=2)
+    single = translate_with_checkpoint(str(tiny_run), lines, 2)
+    parallel = translate_with_checkpoint(str(tiny_run), lines, 2, workers=2)
     assert [hyps[0][0] for hyps in parallel] == [hyps[0][0] for hyps in single]
     with pytest.raises(ValueError, match="workers"):
         translate_lines(str(tiny_export), lines, workers=0)

@@ -68,7 +68,7 @@ def test_an_old_checkpoint_restores_completely_and_translates_as_it_did():
         np.testing.assert_array_equal(
             weight.numpy(), reader.get_tensor(f"optimizer/_trainable_variables/{index}/.ATTRIBUTES/VARIABLE_VALUE")
         )
-    got = translate_with_checkpoint(str(FIXTURES / "run"), SENTENCES, 2, None, None, 2)
+    got = translate_with_checkpoint(str(FIXTURES / "run"), SENTENCES, 2, nbest=2)
     expected = expected_rows("run_translations.tsv")
     assert [text for hyps in got for text, _ in hyps] == [text for _, _, text in expected]
     scores = [score for hyps in got for _, score in hyps]

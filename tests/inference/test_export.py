@@ -13,7 +13,11 @@ import tensorflow as tf
 from pipelines import Tokenizer
 from tests.commands import BIN, export_cli
 from tests.corpora import WORDS
-from tf_transformer.inference.export import EXPORT_INFO, SourceLimit, export_run, graph_error
+from tf_transformer.attention_maps import attention_maps, hypothesis_length
+from tf_transformer.constants import EOS_ID
+from tf_transformer.inference.decode_options import DecodeOptions
+from tf_transformer.inference.export import export_run
+from tf_transformer.inference.export_info import EXPORT_INFO, SourceLimit, graph_error, read_export_info
 from tf_transformer.inference.translator import Translator
 from tf_transformer.run_dir import restore_model
 
@@ -21,7 +25,7 @@ SENTENCES = [
     "alpha beta gamma",
     "",
     "   ",
-    "haus baum katze hund " * 40,  # 160 words: longer than any training example (max_length 64)
+    "haus baum katze hund " * 40,  # 160 words: longer than any training example (max_train_length 64)
     "日本語のテキスト",
     "omega 🙂 sigma",
     "zeta",
@@ -30,7 +34,8 @@ SENTENCES = [
 
 def in_process(tiny_run):
     model, config = restore_model(str(tiny_run))
-    translator = Translator(model, Tokenizer(str(tiny_run / "sp.model")), beam_size=4, alpha=0.6, extra_length=10)
+    options = DecodeOptions(beam_size=4, alpha=0.6, max_extra_length=10)
+    translator = Translator(model, Tokenizer(str(tiny_run / "sp.model")), options)
     outputs = translator.translate(tf.constant(SENTENCES))
     return [t.decode() for t in outputs["translations"].numpy()], outputs["scores"].numpy()
 
@@ -75,7 +80,8 @@ def test_export_saves_each_weight_once(tiny_run, tiny_export, tmp_path):
     The alignment signature's teacher-forced pass reads the decoder's kernels as trained, so with it (the
     default) they are saved a second time, beside their decoding layout, and no more."""
     model, _ = restore_model(str(tiny_run))
-    plain = export_run(str(tiny_run), str(tmp_path / "plain" / "1"), extra_length=10, alignment_layer=None)
+    options = DecodeOptions.for_run(str(tiny_run), max_extra_length=10)
+    plain = export_run(str(tiny_run), str(tmp_path / "plain" / "1"), options, alignment_layer=None)
     assert saved_numbers(tmp_path / "plain" / "1") == model.count_params()  # the decoding layout: as many numbers
     assert plain.endswith("1")
     decoder_kernels = sum(int(np.prod(w.shape)) for w in model.decoder.weights if w.path.endswith("kernel"))
@@ -100,14 +106,24 @@ def test_alignment_signature_translates_as_serving_default_and_aligns_every_word
         target_words = len(translation.split())
         assert [j for _, j in pairs] == list(range(target_words))  # one pair per target word, in order
         assert all(0 <= i < len(source.split()) for i, _ in pairs)
-    attention = aligned["attention"].numpy()  # [batch, out_len, src_len]: rows of real tokens sum to 1
-    np.testing.assert_allclose(attention[0].sum(axis=-1)[attention[0].sum(axis=-1) > 0], 1.0, atol=1e-5)
+    attention = aligned["attention"].numpy()  # [batch, out_len, src_len]
     ids = aligned["ids"].numpy()  # [batch, out_len]: the rows' pieces, the translation's own
-    assert ids.shape == attention.shape[:2] and not ids[1].any()  # nothing for the empty input
+    assert ids.shape == attention.shape[:2] and not ids[1].any()  # no pieces for ""
+    assert np.all(attention[1][:, 0] == 1) and not attention[1][:, 1:].any()  # its source is EOS alone
     processor = spm.SentencePieceProcessor(model_file=str(tiny_export / "assets" / "sp.model"))
+    model, _ = restore_model(str(tiny_run))
     for row in (0, 2):
         pieces = [int(i) for i in ids[row] if i > 3]  # no padding or EOS
         assert processor.decode(pieces) == aligned["translations"].numpy()[row].decode()
+        # The rows of the translation's tokens are the model's own teacher-forced attention of the export's
+        # layer, heads averaged: each sums to 1 over the real source tokens, and padded keys get exactly 0.
+        source = [*processor.encode(sentences.numpy()[row].decode()), EOS_ID]
+        target = ids[row][: hypothesis_length(ids[row])]
+        maps = attention_maps(model, source, target, processor.id_to_piece)
+        expected = maps.cross[info["alignment_layer"]].mean(axis=0)  # [target, source]
+        np.testing.assert_allclose(attention[row, : len(target), : len(source)], expected, atol=1e-5)
+        np.testing.assert_allclose(attention[row, : len(target)].sum(axis=-1), 1.0, atol=1e-5)
+        assert not attention[row, :, len(source) :].any()
 
 
 def test_fresh_process_loads_with_both_loaders_and_matches(tiny_run, tiny_export):
@@ -151,9 +167,10 @@ def test_bfloat16_export_loads_in_a_fresh_process_and_translates(tiny_run, tmp_p
 
 
 @pytest.mark.slow
-def test_export_with_streams_translates_as_in_process(tiny_run, tmp_path):
-    """A graph traced with two streams, saved and loaded: the in-process translations (7 sentences: 4 + 3)."""
-    output = export_cli(tiny_run, tmp_path / "tiny_en_de" / "1", "--streams", "2", "--max_source_length", "512")
+def test_export_in_batch_parts_translates_as_in_process(tiny_run, tmp_path):
+    """A graph traced with two batch parts, saved and loaded: the in-process translations (7 sentences: 4 + 3)."""
+    output = export_cli(tiny_run, tmp_path / "tiny_en_de" / "1", "--batch_parts", "2", "--max_source_length", "512")
+    assert read_export_info(str(output)).options.batch_parts == 2
     translated = subprocess.run(
         [str(BIN / "tft-translate"), "--model", str(output), "--scores"]
         + ["--intra_op_threads", "1", "--inter_op_threads", "2"],
@@ -185,8 +202,8 @@ def sentence_of(tokenizer, tokens: int) -> str:
 
 
 def test_export_refuses_sources_over_its_limit_with_a_clear_error(tiny_run, tmp_path):
-    """By default the limit is training's max_length (64, EOS included); ids outside the vocabulary fail too."""
-    output = export_run(str(tiny_run), str(tmp_path / "limited" / "1"), extra_length=10)
+    """By default the limit is training's max_train_length (64, EOS included); ids outside the vocabulary fail too."""
+    output = export_run(str(tiny_run), str(tmp_path / "limited" / "1"), DecodeOptions.for_run(str(tiny_run)))
     info = json.loads((tmp_path / "limited" / "1" / EXPORT_INFO).read_text())
     assert info["max_source_length"] == 64 and info["source_vocab_size"] == 120
     tokenizer = Tokenizer(str(tiny_run / "sp.model"))
@@ -208,7 +225,8 @@ def test_export_refuses_sources_over_its_limit_with_a_clear_error(tiny_run, tmp_
 def test_truncating_export_translates_a_long_source_as_its_first_tokens(tiny_run, tmp_path):
     model, _ = restore_model(str(tiny_run))
     tokenizer = Tokenizer(str(tiny_run / "sp.model"))
-    translator = Translator(model, tokenizer, beam_size=2, extra_length=5, max_source_length=8, truncate_source=True)
+    options = DecodeOptions(beam_size=2, max_extra_length=5, max_source_length=8, truncate_source=True)
+    translator = Translator(model, tokenizer, options)
     ids = tokenizer.python_processor().encode(sentence_of(tokenizer, 20))
     long, first = tf.constant([ids + [3], ids[:5] + [3] + [0] * 15]), tf.constant([ids[:7] + [3]] * 2)
     cut = translator.translate_ids(long)
@@ -217,4 +235,4 @@ def test_truncating_export_translates_a_long_source_as_its_first_tokens(tiny_run
     short = translator.translate_ids(tf.constant([ids[:5] + [3]]))  # a short row of the batch is untouched
     np.testing.assert_array_equal(cut["ids"][1, : short["ids"].shape[1]], short["ids"][0])
     with pytest.raises(ValueError, match="needs a max_source_length"):
-        Translator(model, tokenizer, truncate_source=True)
+        DecodeOptions(truncate_source=True)

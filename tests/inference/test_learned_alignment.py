@@ -80,7 +80,7 @@ def trained_model(task, seed=7):
 def test_a_trained_model_aligns_as_it_copies_or_reverses(task):
     model = trained_model(task)
     source, target, lengths = sentences(np.random.default_rng(1000), task, 100)  # held out: another seed
-    hypotheses = greedy_search(model, source, extra_length=2)  # [rows, out_len] EOS-terminated, 0-padded
+    hypotheses = greedy_search(model, source, max_extra_length=2)  # [rows, out_len] EOS-terminated, 0-padded
     attention = hypothesis_attention(model, source, hypotheses, LAYER).numpy()  # [rows, out_len, src_len]
 
     def pieces(ids):  # [rows, len] "▁t<id>": every token a word of one piece

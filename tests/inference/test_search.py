@@ -11,6 +11,7 @@ from tests.inference.reference import reference_greedy
 from tf_transformer import build_transformer
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.inference.beam_search import beam_search, length_penalty
+from tf_transformer.inference.decode_options import DecodeOptions
 from tf_transformer.inference.greedy import greedy_search
 from tf_transformer.inference.incremental import IncrementalDecoder
 from tf_transformer.inference.packing import encode_tokens
@@ -52,20 +53,21 @@ def test_cached_steps_equal_the_full_forward_pass(overrides, dtype, atol):
             np.testing.assert_allclose(np.asarray(logits), full[:, step], atol=atol, rtol=rtol)
 
 
-@pytest.mark.parametrize("max_length", [None, 5])
-def test_greedy_search_equals_the_uncached_reference(max_length):
+@pytest.mark.parametrize("max_output_length", [None, 5])
+def test_greedy_search_equals_the_uncached_reference(max_output_length):
     """Greedy search over the cache picks what re-running the whole decoder picks, at every length limit."""
     model = build_transformer(get_config("tiny"))
     source = RNG.integers(4, 256, (3, 6)).astype("int32")
     source[2, 3:] = 0
     source[np.arange(3), [5, 5, 2]] = EOS_ID
-    expected = np.asarray(reference_greedy(model, source, extra_length=8, max_length=max_length))
-    if max_length is not None:  # the reference cuts rows at the cap; the search ends them there with EOS
-        cut = expected[:, :max_length].copy()
+    expected = np.asarray(reference_greedy(model, source, max_extra_length=8, max_output_length=max_output_length))
+    if max_output_length is not None:  # the reference cuts rows at the cap; the search ends them there with EOS
+        cut = expected[:, :max_output_length].copy()
         unfinished = ~(cut == EOS_ID).any(axis=1)
         cut[unfinished, -1] = EOS_ID
         expected = cut
-    got = np.asarray(tf.function(lambda x: greedy_search(model, x, extra_length=8, max_length=max_length))(source))
+    search = tf.function(lambda x: greedy_search(model, x, max_extra_length=8, max_output_length=max_output_length))
+    got = np.asarray(search(source))
     width = max(expected.shape[1], got.shape[1])
     pad = lambda a: np.pad(a, [(0, 0), (0, width - a.shape[1])])  # noqa: E731
     np.testing.assert_array_equal(pad(got), pad(expected))
@@ -78,10 +80,10 @@ def test_greedy_search_of_one_sentence_traced_alone():
     """A batch of one with its shape known when traced (TensorBoard's attention images) translates as in a batch."""
     model = build_transformer(get_config("tiny"))
     source = np.array([[7, 8, 9, EOS_ID], [10, 11, EOS_ID, 0]], "int32")
-    batch = np.asarray(greedy_search(model, source, extra_length=6))
+    batch = np.asarray(greedy_search(model, source, max_extra_length=6))
     for row in range(2):
         real = source[row : row + 1, : int((source[row] != PAD_ID).sum())]  # [1, its length]: no padding
-        alone = np.asarray(tf.function(lambda x: greedy_search(model, x, extra_length=6))(real))[0]
+        alone = np.asarray(tf.function(lambda x: greedy_search(model, x, max_extra_length=6))(real))[0]
         np.testing.assert_array_equal(alone, batch[row, : len(alone)])
 
 
@@ -124,40 +126,37 @@ def test_golden_beam_search_with_length_penalty():
     # (0.1, length 1) scores log(0.1) / 1 = −2.30 < log(0.2) / 1.097 = −1.47.
     assert list(ids[1][:2]) == [4, EOS_ID]
     assert scores[1] == pytest.approx(math.log(0.2) / ((5 + 2) / 6) ** 0.6, rel=1e-5)
-    # Early stop: both beams finished after 2 steps and "a a …" (≤ 0.5·0.3·… ) cannot
-    # beat them, so the loop stops long before the maximum of 6.
-    assert steps < 6
+    # Early stop. After step 1 the finished b EOS (−0.931) and a EOS (−1.467) are not
+    # safe yet: the live "a a" (log 0.15 = −1.897) could still score −1.897 / ((5+6)/6)^0.6
+    # = −1.319 at the maximum length of 6. After step 2 the live beams are "a a a" and
+    # "a a b" (log 0.045 = −3.101, at best −2.156), below both: three steps, not six.
+    assert steps == 3
     # Greedy (beam 1) takes the locally best "a" and ends with the worse a EOS.
     greedy, greedy_scores, _ = run_table(beam_size=1, alpha=0.6)
     assert list(greedy[0][:2]) == [4, EOS_ID]
 
 
-def test_length_penalty_changes_the_winner():
+def test_length_penalty_changes_the_winner(monkeypatch):
     """With α = 0 the short hypothesis wins; a large α favours the long one (hand-computed)."""
-    global TABLE
-    saved = TABLE
     # after BOS: EOS 0.5, a 0.5; after a: EOS 0.3, a 0.7.
-    TABLE = {BOS_ID: {EOS_ID: 0.5, 4: 0.5}, 4: {EOS_ID: 0.3, 4: 0.7}}
-    try:
-        # α = 0: EOS alone has p 0.5; every longer one has at most 0.5 · 0.3 = 0.15.
-        ids, scores, _ = run_table(beam_size=3, alpha=0.0)
-        assert ids[0][0] == EOS_ID and scores[0] == pytest.approx(math.log(0.5), rel=1e-5)
-        # α = 3, penalty ((5+len)/6)^3: EOS −0.693/1 = −0.693; a EOS −1.897/1.588 = −1.195;
-        # a a EOS −2.254/2.370 = −0.951; a×3 EOS −2.610/3.375 = −0.773; a×4 EOS −2.967/4.630 = −0.641;
-        # a×5 EOS (the maximum length, 6) −3.324/6.162 = −0.539: the longest wins.
-        ids, scores, _ = run_table(beam_size=3, alpha=3.0)
-        assert list(ids[0]) == [4, 4, 4, 4, 4, EOS_ID]
-        expected = math.log(0.5 * 0.7**4 * 0.3) / ((5 + 6) / 6) ** 3
-        assert scores[0] == pytest.approx(expected, rel=1e-5) and scores[0] == pytest.approx(-0.539, abs=1e-3)
-        assert float(length_penalty(6, 3.0)) == pytest.approx((11 / 6) ** 3, rel=1e-6)
-    finally:
-        TABLE = saved
+    monkeypatch.setitem(globals(), "TABLE", {BOS_ID: {EOS_ID: 0.5, 4: 0.5}, 4: {EOS_ID: 0.3, 4: 0.7}})
+    # α = 0: EOS alone has p 0.5; every longer one has at most 0.5 · 0.3 = 0.15.
+    ids, scores, _ = run_table(beam_size=3, alpha=0.0)
+    assert ids[0][0] == EOS_ID and scores[0] == pytest.approx(math.log(0.5), rel=1e-5)
+    # α = 3, penalty ((5+len)/6)^3: EOS −0.693/1 = −0.693; a EOS −1.897/1.588 = −1.195;
+    # a a EOS −2.254/2.370 = −0.951; a×3 EOS −2.610/3.375 = −0.773; a×4 EOS −2.967/4.630 = −0.641;
+    # a×5 EOS (the maximum length, 6) −3.324/6.162 = −0.539: the longest wins.
+    ids, scores, _ = run_table(beam_size=3, alpha=3.0)
+    assert list(ids[0]) == [4, 4, 4, 4, 4, EOS_ID]
+    expected = math.log(0.5 * 0.7**4 * 0.3) / ((5 + 6) / 6) ** 3
+    assert scores[0] == pytest.approx(expected, rel=1e-5) and scores[0] == pytest.approx(-0.539, abs=1e-3)
+    assert float(length_penalty(6, 3.0)) == pytest.approx((11 / 6) ** 3, rel=1e-6)
 
 
 def test_output_length_is_bounded_by_input_plus_extra():
     model = build_transformer(get_config("tiny"))
     source = np.array([[9, 10, EOS_ID, 0, 0], [9, 10, 11, 12, EOS_ID]], "int32")
-    ids, _, steps = Translator(model, None, beam_size=2, extra_length=3).search(source)
+    ids, _, steps = Translator(model, None, DecodeOptions(beam_size=2, max_extra_length=3)).search(source)
     ids = np.asarray(ids)
     lengths = [(row != 0).sum() for row in ids[:, 0]]
     assert lengths[0] <= 3 + 3 and lengths[1] <= 5 + 3
@@ -169,7 +168,7 @@ def test_uncached_search_and_forced_length():
     model = build_transformer(get_config("tiny"))
     source = RNG.integers(4, 256, (2, 5)).astype("int32")
     source[:, -1] = EOS_ID
-    translator = Translator(model, None, beam_size=3, extra_length=6)
+    translator = Translator(model, None, DecodeOptions(beam_size=3, max_extra_length=6))
     cached_ids, cached_scores, _ = translator.search(source)
     plain_ids, plain_scores, _ = translator.search(source, use_cache=False)
     np.testing.assert_array_equal(np.asarray(cached_ids), np.asarray(plain_ids))
@@ -185,18 +184,24 @@ def test_min_and_max_output_length():
     source = RNG.integers(4, 256, (3, 6)).astype("int32")
     source[:, -1] = EOS_ID
     source[0, 3:] = [EOS_ID, 0, 0]
-    fixed, fixed_scores, steps = Translator(model, None, beam_size=2, min_length=7, max_length=7).search(source)
-    forced, forced_scores, _ = Translator(model, None, beam_size=2).search(source, force_length=7)
+    fixed, fixed_scores, steps = Translator(
+        model, None, DecodeOptions(beam_size=2, min_length=7, max_output_length=7)
+    ).search(source)
+    forced, forced_scores, _ = Translator(model, None, DecodeOptions(beam_size=2)).search(source, force_length=7)
     np.testing.assert_array_equal(np.asarray(fixed), np.asarray(forced))
     np.testing.assert_allclose(np.asarray(fixed_scores), np.asarray(forced_scores), rtol=1e-6)
     assert int(steps) == 7
-    at_least, _, _ = Translator(model, None, beam_size=2, extra_length=20, min_length=12).search(source)
+    at_least, _, _ = Translator(model, None, DecodeOptions(beam_size=2, max_extra_length=20, min_length=12)).search(
+        source
+    )
     lengths = (np.asarray(at_least)[:, 0] != 0).sum(axis=1)
     assert (lengths >= 12).all() and (lengths <= 6 + 20).all()
-    capped, _, steps = Translator(model, None, beam_size=2, extra_length=20, max_length=4).search(source)
+    capped, _, steps = Translator(
+        model, None, DecodeOptions(beam_size=2, max_extra_length=20, max_output_length=4)
+    ).search(source)
     assert int(steps) <= 4 and np.asarray(capped).shape[-1] <= 4
-    with pytest.raises(ValueError, match="max_length"):
-        Translator(model, None, max_length=0)
+    with pytest.raises(ValueError, match="max_output_length"):
+        DecodeOptions(max_output_length=0)
 
 
 def test_decode_step_compiles_with_xla():
@@ -222,7 +227,7 @@ def test_frozen_translator_decodes_the_same_and_only_adds_untrained_variables():
     model = build_transformer(get_config("tiny"))
     source = RNG.integers(4, 256, (3, 6)).astype("int32")
     source[np.arange(3), [5, 3, 5]] = EOS_ID
-    translator = Translator(model, tokenizer=None, beam_size=2, extra_length=7)
+    translator = Translator(model, tokenizer=None, options=DecodeOptions(beam_size=2, max_extra_length=7))
     frozen = translator.frozen()
     ids, scores, _ = translator.search(source)
     frozen_ids, frozen_scores, _ = tf.function(lambda x: frozen.search(x))(source)
@@ -233,8 +238,8 @@ def test_frozen_translator_decodes_the_same_and_only_adds_untrained_variables():
     assert len(model.weights) == len(translator.model.weights)  # nothing added to the model
 
 
-@pytest.mark.parametrize("streams", [2, 3])
-def test_streams_decode_the_same_as_one_search(streams):
+@pytest.mark.parametrize("batch_parts", [2, 3])
+def test_batch_parts_decode_the_same_as_one_search(batch_parts):
     """Parts of unequal output lengths, a batch that does not divide evenly: same n-best, scores and steps."""
     model = build_transformer(get_config("tiny"))
     source = RNG.integers(4, 256, (5, 9)).astype("int32")
@@ -242,18 +247,18 @@ def test_streams_decode_the_same_as_one_search(streams):
     for row, length in enumerate(lengths):
         source[row, length - 1] = EOS_ID
         source[row, length:] = 0
-    translator = Translator(model, tokenizer=None, beam_size=3, extra_length=6)
+    translator = Translator(model, tokenizer=None, options=DecodeOptions(beam_size=3, max_extra_length=6))
     in_graph = tf.function(
-        lambda x: translator.search(x, streams=streams), input_signature=[tf.TensorSpec([None, None], tf.int32)]
+        lambda x: translator.search(x, batch_parts=batch_parts), input_signature=[tf.TensorSpec([None, None], tf.int32)]
     )  # batch size unknown when traced, as in an export
-    for batch in (source, source[:1]):  # fewer sentences than streams: the last one fills the others
+    for batch in (source, source[:1]):  # fewer sentences than parts: the last one fills the others
         ids, scores, steps = translator.search(batch)
         split_ids, split_scores, split_steps = in_graph(batch)
         np.testing.assert_array_equal(np.asarray(split_ids), np.asarray(ids))
         np.testing.assert_allclose(np.asarray(split_scores), np.asarray(scores), atol=1e-5)
         assert int(split_steps) == int(steps)
-    with pytest.raises(ValueError, match="streams"):
-        Translator(model, tokenizer=None, streams=0)
+    with pytest.raises(ValueError, match="batch_parts"):
+        DecodeOptions(batch_parts=0)
 
 
 @pytest.mark.parametrize("beam_size", [2, 4])
@@ -267,7 +272,9 @@ def test_cached_beam_search_equals_uncached(beam_size):
     source = RNG.integers(4, 256, (3, 6)).astype("int32")
     source[1, 4:] = 0
     source[np.arange(3), [5, 3, 5]] = EOS_ID
-    translator = Translator(model, tokenizer=None, beam_size=beam_size, alpha=0.6, extra_length=7)
+    translator = Translator(
+        model, tokenizer=None, options=DecodeOptions(beam_size=beam_size, alpha=0.6, max_extra_length=7)
+    )
     cached = tf.function(lambda x: translator.search(x)[:2])
     full_ids, full_scores, _ = translator.search(source, use_cache=False)
     for _ in range(2):
@@ -323,7 +330,7 @@ def test_beam_search_first_step_fn_changes_nothing():
 @pytest.mark.parametrize("n,k", [(8000, 8), (1280, 2), (4096, 16), (1031, 8)])
 def test_chunked_top_k_equals_top_k(n, k):
     """Same values, indices and tie order as tf.math.top_k, ties and all-equal rows included."""
-    from tf_transformer.inference.beam_search import top_k_rows
+    from tf_transformer.inference.top_k import top_k_rows
 
     x = RNG.integers(-20, 5, (3, 4, n)).astype("float32")  # many ties
     x[0, 0] = 1.0  # one row all equal
@@ -337,7 +344,7 @@ def test_chunked_top_k_equals_top_k(n, k):
 @pytest.mark.parametrize("n,k", [(8000, 8), (1031, 8), (6, 8)])
 def test_chunked_top_k_of_sums_equals_top_k(n, k):
     """With per-part offsets: the top-k of x + offsets flattened, ties (across parts too) and all."""
-    from tf_transformer.inference.beam_search import top_k_rows
+    from tf_transformer.inference.top_k import top_k_rows
 
     x = RNG.integers(-20, 5, (3, 4, n)).astype("float32")  # many ties, within and across parts
     x[0] = 1.0  # all equal

@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 from tests.commands import export_cli
-from tf_transformer.inference.export import EXPORT_INFO
+from tf_transformer.inference.export_info import EXPORT_INFO
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SERVING_PYTHON = ROOT / ".venv-tf212" / "bin" / "python"

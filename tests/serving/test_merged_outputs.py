@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 from tests.serving.client import request
+from tf_transformer.inference.decode_options import DecodeOptions
+from tf_transformer.inference.export_info import ExportInfo
 from tf_transformer.serving import make_server
 from tf_transformer.serving.servable import Servable
 
@@ -37,8 +39,9 @@ def served(tiny_export):
             batches.append(len(rows))
             return lone_call(signature, rows)
 
-        servable.run = recording
-        yield server.server_address[1], lone_call, batches
+        with pytest.MonkeyPatch.context() as patch:  # the fixture outlives a test's monkeypatch
+            patch.setattr(servable, "run", recording)
+            yield server.server_address[1], lone_call, batches
     finally:
         server.stop()
 
@@ -77,14 +80,18 @@ def test_merged_requests_get_a_lone_calls_answer(served, signature, requests):
 
 
 def test_a_lone_calls_width_is_its_longest_decode_not_its_hypothesis():
-    """``ids`` of a lone call run to source + ``extra_length`` (zeros after an early EOS), cut sources counted cut."""
+    """``ids`` of a lone call run to source + ``max_extra_length`` (zeros after an early EOS), cut sources cut."""
     servable = Servable.__new__(Servable)  # fit needs only the settings an export records, no graph
     servable.input_kinds = {"translate_ids": "ids"}
-    servable.info = {"extra_length": 2, "max_length": None, "min_length": 0, "truncate_source": False}
+    # As an export of an earlier version recorded them (its names of the options).
+    servable.info = ExportInfo.from_dict(
+        {"extra_length": 2, "max_length": None, "min_length": 0, "truncate_source": False}
+    )
     # A batch of [10, 3] and [10, 11, 12, 13, 3]: 5 source tokens + 2 = 7 wide.
     batch = {"ids": np.array([[5, 3, 0, 0, 0, 0, 0], [6, 7, 8, 9, 3, 0, 0]]), "scores": np.array([-1.0, -2.0])}
     first = servable.fit("translate_ids", [[10, 3]], {key: value[:1] for key, value in batch.items()})
     assert first["ids"].tolist() == [[5, 3, 0, 0]] and first["scores"].tolist() == [-1.0]
-    servable.info = {**servable.info, "truncate_source": True, "max_source_length": 3}  # [10, 11, 3]: 3 + 2
+    options = DecodeOptions(max_extra_length=2, max_source_length=3, truncate_source=True)
+    servable.info = ExportInfo(options=options)  # [10, 11, 3]: 3 + 2
     second = servable.fit("translate_ids", [[10, 11, 12, 13, 3]], {key: value[1:] for key, value in batch.items()})
     assert second["ids"].tolist() == [[6, 7, 8, 9, 3]]

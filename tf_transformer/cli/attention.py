@@ -119,7 +119,10 @@ def main(argv):
             layer = penultimate(config.num_layers) if FLAGS.layer is None else FLAGS.layer
             if layer >= config.num_layers:
                 raise ValueError(f"--layer {layer}: the model has layers 0 to {config.num_layers - 1}")
-            results = report.run_attention(FLAGS.model_dir, sentences, FLAGS.checkpoint, FLAGS.beam_size, FLAGS.alpha)
+            from tf_transformer.inference.decode_options import DecodeOptions
+
+            options = DecodeOptions.from_config(config, beam_size=FLAGS.beam_size, alpha=FLAGS.alpha)
+            results = report.run_attention(FLAGS.model_dir, sentences, FLAGS.checkpoint, options)
             results = [
                 (source, translation, maps.words() if FLAGS.words else maps) for source, translation, maps in results
             ]

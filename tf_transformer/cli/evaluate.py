@@ -57,8 +57,11 @@ def main(argv):
         try:
             checkpoint = default_checkpoint(FLAGS.model_dir)
             print(f"checkpoint: {checkpoint}", file=sys.stderr, flush=True)
+            from tf_transformer.inference.decode_options import DecodeOptions
+
+            options = DecodeOptions.for_run(FLAGS.model_dir, beam_size=FLAGS.beam_size, alpha=FLAGS.alpha)
             results = translate_with_checkpoint(
-                FLAGS.model_dir, sources, FLAGS.batch_size, FLAGS.beam_size, FLAGS.alpha, 1, progress, checkpoint
+                FLAGS.model_dir, sources, FLAGS.batch_size, options, progress=progress, checkpoint=checkpoint
             )
         except (FileNotFoundError, ValueError) as error:
             raise app.UsageError(str(error)) from None

@@ -19,9 +19,13 @@ flags.DEFINE_string(
 flags.DEFINE_string("checkpoint", None, "Checkpoint prefix (default: MODEL_DIR/averaged/ckpt, else the newest).")
 flags.DEFINE_integer("beam_size", None, "Beam size (default: the config's, 4).", lower_bound=1)
 flags.DEFINE_float("alpha", None, "Length penalty α (default: the config's, 0.6).")
-flags.DEFINE_integer("extra_length", None, "Maximum output length = input length + this (default 50).")
+flags.DEFINE_integer("max_extra_length", None, "Longest output = input length + this (default: the config's, 50).")
+flags.DEFINE_alias("extra_length", "max_extra_length")  # the name of earlier versions
 flags.DEFINE_integer("min_length", 0, "No EOS before this many output tokens, EOS counted (0: none).", lower_bound=0)
-flags.DEFINE_integer("max_length", None, "Cap on the output length besides input + extra_length.", lower_bound=1)
+flags.DEFINE_integer(
+    "max_output_length", None, "Cap on the output length besides input + --max_extra_length.", lower_bound=1
+)
+flags.DEFINE_alias("max_length", "max_output_length")  # the name of earlier versions
 flags.DEFINE_enum(
     "dtype",
     None,
@@ -30,17 +34,19 @@ flags.DEFINE_enum(
     "bfloat16 hardware (AMX, AVX512_BF16), with translations that differ slightly from float32's (docs/cpu.md).",
 )
 flags.DEFINE_integer(
-    "streams",
+    "batch_parts",
     1,
     "Split each batch into this many parts decoded side by side. On CPUs, serve such an export with 1 intra-op "
     "thread and this many inter-op threads (TF Serving: --tensorflow_intra_op_parallelism=1 "
     "--tensorflow_inter_op_parallelism=N; tft-serve/tft-translate: --intra_op_threads 1 --inter_op_threads N).",
     lower_bound=1,
 )
+flags.DEFINE_alias("streams", "batch_parts")  # the name of earlier versions
 flags.DEFINE_integer(
     "max_source_length",
     None,
-    "Longest source sentence the export accepts, in subwords with EOS (default: the training run's --max_length, "
+    "Longest source sentence the export accepts, in subwords with EOS (default: the training run's "
+    "--max_train_length, "
     "the longest sentence it learned from). A longer one fails its request with an error naming the limit, "
     "unless --truncate_source. Bounds a request's memory: self-attention grows with the square of the length.",
     lower_bound=2,
@@ -70,24 +76,29 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     if FLAGS.alignment_layer is not None and (not FLAGS.alignment or FLAGS.ids_only):
         raise app.UsageError("--alignment_layer needs the alignment signature: not with --noalignment or --ids_only")
+    from tf_transformer.inference.decode_options import DecodeOptions
     from tf_transformer.inference.export import export_run
     from tf_transformer.run_dir import CheckpointError, WriteError, default_checkpoint
 
     try:
         checkpoint = FLAGS.checkpoint or default_checkpoint(FLAGS.model_dir)
+        options = DecodeOptions.for_run(
+            FLAGS.model_dir,
+            beam_size=FLAGS.beam_size,
+            alpha=FLAGS.alpha,
+            max_extra_length=FLAGS.max_extra_length,
+            min_length=FLAGS.min_length,
+            max_output_length=FLAGS.max_output_length,
+            batch_parts=FLAGS.batch_parts,
+            max_source_length=FLAGS.max_source_length,
+            truncate_source=FLAGS.truncate_source,
+        )
         path = export_run(
             FLAGS.model_dir,
             FLAGS.output,
+            options,
             checkpoint=checkpoint,
-            beam_size=FLAGS.beam_size,
-            alpha=FLAGS.alpha,
-            extra_length=FLAGS.extra_length,
-            min_length=FLAGS.min_length,
-            max_length=FLAGS.max_length,
             dtype=FLAGS.dtype,
-            streams=FLAGS.streams,
-            max_source_length=FLAGS.max_source_length,
-            truncate_source=FLAGS.truncate_source,
             ids_only=FLAGS.ids_only,
             alignment_layer=(
                 None if not FLAGS.alignment else "last" if FLAGS.alignment_layer is None else FLAGS.alignment_layer

@@ -44,13 +44,14 @@ flags.DEFINE_bool(
     "signature (--model only).",
 )
 flags.DEFINE_integer(
-    "streams", 1, "Batch parts decoded side by side (--model_dir only; an export fixes its own).", lower_bound=1
+    "batch_parts", 1, "Batch parts decoded side by side (--model_dir only; an export fixes its own).", lower_bound=1
 )
+flags.DEFINE_alias("streams", "batch_parts")  # the flag's name before 2026-11-25
 flags.DEFINE_integer(
     "workers",
     1,
     "Batches translated at once, each on its own thread; output order is kept. With --intra_op_threads 0 the "
-    "intra-op pool gets cores / (workers × --streams) threads (docs/inference.md).",
+    "intra-op pool gets cores / (workers × --batch_parts) threads (docs/inference.md).",
     lower_bound=1,
 )
 define_thread_flags()
@@ -61,13 +62,13 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     if FLAGS.alignment and not FLAGS.model:
         raise app.UsageError("--alignment needs --model: an export with the translate_with_alignment signature")
-    if FLAGS.model and (FLAGS.beam_size or FLAGS.alpha is not None or FLAGS.nbest != 1 or FLAGS.streams != 1):
+    if FLAGS.model and (FLAGS.beam_size or FLAGS.alpha is not None or FLAGS.nbest != 1 or FLAGS.batch_parts != 1):
         raise app.UsageError(
-            "--beam_size, --alpha, --nbest and --streams are fixed when exporting (tft-export); "
+            "--beam_size, --alpha, --nbest and --batch_parts are fixed when exporting (tft-export); "
             "use --model_dir to choose them at translation time"
         )
     check_model_flags(FLAGS.model, FLAGS.model_dir)  # after the flags' combinations: they need no files
-    apply_thread_flags(FLAGS.workers * FLAGS.streams)  # searches at once: batches × each one's streams
+    apply_thread_flags(FLAGS.workers * FLAGS.batch_parts)  # searches at once: batches × each one's parts
     from pipelines import DataError, split_lines
 
     def progress(done, total):
@@ -81,9 +82,12 @@ def main(argv):
 
             checkpoint = default_checkpoint(FLAGS.model_dir)
             print(f"checkpoint: {checkpoint}", file=sys.stderr, flush=True)
-            translate = checkpoint_translate(
-                FLAGS.model_dir, FLAGS.beam_size, FLAGS.alpha, FLAGS.nbest, checkpoint, FLAGS.streams
+            from tf_transformer.inference.decode_options import DecodeOptions
+
+            options = DecodeOptions.for_run(
+                FLAGS.model_dir, beam_size=FLAGS.beam_size, alpha=FLAGS.alpha, batch_parts=FLAGS.batch_parts
             )
+            translate = checkpoint_translate(FLAGS.model_dir, options, FLAGS.nbest, checkpoint)
     except (ValueError, FileNotFoundError) as error:
         raise app.UsageError(str(error)) from None
     lines = split_lines(sys.stdin.buffer, "<stdin>")  # the lines training and tft-evaluate would read

@@ -9,6 +9,7 @@ command-line entry point can parse its flags before TensorFlow starts.
 import importlib
 
 _EXPORTS = {
+    "DecodeOptions": "decode_options",
     "IncrementalDecoder": "incremental",
     "Translator": "translator",
     "beam_search": "beam_search",

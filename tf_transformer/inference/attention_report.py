@@ -28,6 +28,7 @@ from tf_transformer.attention_maps import (
     merge_pieces,
     words_of,
 )
+from tf_transformer.inference.decode_options import DecodeOptions
 
 UNITS_NOTE = {
     "pieces": "SentencePiece pieces",
@@ -142,10 +143,13 @@ def run_attention(
     model_dir: str,
     sentences: Sequence[str],
     checkpoint: str | None = None,
-    beam_size: int | None = None,
-    alpha: float | None = None,
+    options: DecodeOptions | None = None,
 ) -> list[tuple[str, str, AttentionMaps]]:
-    """``(source, translation, maps)`` for each sentence with a run's checkpoint (beam search, then every weight)."""
+    """``(source, translation, maps)`` for each sentence with a run's checkpoint (beam search, then every weight).
+
+    ``options``: the search's :class:`~tf_transformer.inference.decode_options.DecodeOptions`
+    (by default the run's).
+    """
     import tensorflow as tf
 
     from pipelines import Tokenizer
@@ -155,13 +159,7 @@ def run_attention(
 
     model, config = restore_model(model_dir, checkpoint)
     tokenizer = Tokenizer(vocabulary_path(model_dir))
-    translator = Translator(
-        model,
-        tokenizer,
-        beam_size=beam_size or config.beam_size,
-        alpha=config.length_penalty if alpha is None else alpha,
-        extra_length=config.extra_decode_length,
-    )
+    translator = Translator(model, tokenizer, options or DecodeOptions.from_config(config))
     piece = tokenizer.python_processor().id_to_piece
     results = []
     for sentence in sentences:
@@ -187,10 +185,10 @@ def export_attention(model_path: str, sentences: Sequence[str]) -> tuple[int, li
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
-    from tf_transformer.inference.export import read_export_info
+    from tf_transformer.inference.export_info import read_export_info
 
     info = read_export_info(model_path)
-    if "translate_with_alignment" not in info.get("signatures", []):
+    if "translate_with_alignment" not in info.signatures:
         raise ValueError(
             f"{model_path} has no translate_with_alignment signature: export it again (tft-export adds it by default), "
             "or give --model_dir for every layer and head"
@@ -220,7 +218,7 @@ def export_attention(model_path: str, sentences: Sequence[str]) -> tuple[int, li
                 "attention": attention[: len(target), : len(source)],
             }
         )
-    return info["alignment_layer"], results
+    return info.alignment_layer, results
 
 
 def write_export_figure(result: dict, layer: int, output: str, words: bool = False) -> dict:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 
+from tf_transformer.inference.decode_options import DecodeOptions
+
 
 def export_translate(model_path: str, alignment: bool = False) -> Callable[[list[str]], list[tuple]]:
     """``translate(batch of lines) → [(translation, score), …]`` with the SavedModel at ``model_path``.
@@ -44,7 +46,7 @@ def checked_sources(lines: Iterable[str], model_path: str, name: str) -> Iterato
     line, instead of the whole batch failing inside the graph with no line named.
     """
     from pipelines import DataError
-    from tf_transformer.inference.export import SourceLimit
+    from tf_transformer.inference.export_info import SourceLimit
 
     limits = SourceLimit(model_path)
     for number, line in enumerate(lines, start=1):
@@ -120,20 +122,27 @@ def _translate_batches(lines, batch_size, translate, workers, progress):
 
 
 def translate_with_checkpoint(
-    model_dir, lines, batch_size, beam_size, alpha, nbest, progress=None, checkpoint=None, streams=1, workers=1
+    model_dir,
+    lines,
+    batch_size,
+    options: DecodeOptions | None = None,
+    nbest=1,
+    progress=None,
+    checkpoint=None,
+    workers=1,
 ):
-    """n-best ``[(text, score), …]`` per line from a run's checkpoint, any beam size and α.
+    """n-best ``[(text, score), …]`` per line from a run's checkpoint, with any decoding options.
 
-    ``checkpoint`` is a checkpoint prefix; by default :func:`~tf_transformer.run_dir.default_checkpoint`.
-    ``streams``: see :class:`~tf_transformer.inference.translator.Translator`;
-    ``workers``: see :func:`_translate_batches`.
+    ``options``: a :class:`~tf_transformer.inference.decode_options.DecodeOptions`
+    (by default the run's); ``checkpoint`` is a checkpoint prefix, by default
+    :func:`~tf_transformer.run_dir.default_checkpoint`; ``workers``: see :func:`_translate_batches`.
     """
-    translate = checkpoint_translate(model_dir, beam_size, alpha, nbest, checkpoint, streams)
+    translate = checkpoint_translate(model_dir, options, nbest, checkpoint)
     return _translate_batches(lines, batch_size, translate, workers, progress)
 
 
 def checkpoint_translate(
-    model_dir, beam_size=None, alpha=None, nbest=1, checkpoint=None, streams=1
+    model_dir, options: DecodeOptions | None = None, nbest=1, checkpoint=None
 ) -> Callable[[list[str]], list[list[tuple[str, float]]]]:
     """``translate(batch of lines) → n-best [(text, score), …] per line`` with a run's checkpoint."""
     import tensorflow as tf
@@ -143,17 +152,10 @@ def checkpoint_translate(
     from tf_transformer.run_dir import restore_model, vocabulary_path
 
     model, config = restore_model(model_dir, checkpoint)
-    beam_size = beam_size or config.beam_size
-    if nbest > beam_size:
-        raise ValueError(f"--nbest {nbest} exceeds --beam_size {beam_size}")
-    translator = Translator(
-        model,
-        Tokenizer(vocabulary_path(model_dir)),
-        beam_size=beam_size,
-        alpha=config.length_penalty if alpha is None else alpha,
-        extra_length=config.extra_decode_length,
-        streams=streams,
-    )
+    options = options or DecodeOptions.from_config(config)
+    if nbest > options.beam_size:
+        raise ValueError(f"--nbest {nbest} exceeds --beam_size {options.beam_size}")
+    translator = Translator(model, Tokenizer(vocabulary_path(model_dir)), options)
     run = tf.function(lambda texts: translator.translate(texts, nbest=nbest), reduce_retracing=True)
 
     def translate(batch):

@@ -18,14 +18,14 @@ An ``ids_only`` export has ``translate_ids`` alone, also as ``serving_default``:
 its graph holds no tensorflow-text op, so TF Serving builds without TF Text
 load it, and clients tokenize with ``assets/sp.model``.
 
-``assets.extra/tf_transformer.json`` (:data:`EXPORT_INFO`) records what a server
-checks before running a request (the longest source, the vocabulary size) and
-the decoding settings fixed in the graph; TF Serving ignores the file.
+``assets.extra/tf_transformer.json`` records what a server checks before running a
+request (the longest source, the vocabulary size) and the decoding settings fixed in
+the graph (:class:`~tf_transformer.inference.decode_options.DecodeOptions`); TF
+Serving ignores the file, and :mod:`tf_transformer.inference.export_info` reads it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 
@@ -34,94 +34,25 @@ import tensorflow as tf
 
 from pipelines.vocab import Tokenizer
 from tf_transformer.atomic import replace_directory, staging_directory
+from tf_transformer.inference.decode_options import DecodeOptions
+from tf_transformer.inference.export_info import ExportInfo, write_export_info
 from tf_transformer.inference.precision import inference_copy
 from tf_transformer.inference.translator import Translator
 from tf_transformer.run_dir import load_run, restore_model, vocabulary_path, write_failed
 
-EXPORT_INFO = os.path.join("assets.extra", "tf_transformer.json")
 
-# The axes after the first that a batch pads to its longest sentence, for each signature output that has any:
-# "output" to the longest decode a sentence of the batch may run (its source length + ``extra_length``, bounded as
-# ``Translator.search`` bounds it: longer than its hypothesis when that ends early), "source" to the longest source
-# (tokens with EOS). A server that merges requests into one batch cuts each request's share back along these axes
-# to what a call with that request alone returns.
-PADDED_AXES = {"ids": ("output",), "attention": ("output", "source")}
-
-
-def read_export_info(export_path: str) -> dict:
-    """The export's :data:`EXPORT_INFO`, or ``{}`` for exports written before it existed."""
-    path = os.path.join(export_path, EXPORT_INFO)
-    if not os.path.exists(path):
-        return {}
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
-
-
-class SourceLimit:
-    """An export's maximum source length, checked in Python before a sentence reaches its graph.
-
-    The graph refuses a whole batch for one sentence over the limit; a server or
-    a batch tool checks each sentence first, so that it can say which one it was
-    and fail only that one. Counts tokens as the graph does: the stripped
-    sentence's pieces, plus EOS. ``limit`` is ``None`` for exports that record
-    none (written before the limit existed) or that truncate.
-    """
-
-    def __init__(self, export_path: str):
-        import sentencepiece as spm
-
-        info = read_export_info(export_path)
-        vocabulary = os.path.join(export_path, "assets", "sp.model")
-        self.pieces = spm.SentencePieceProcessor(model_file=vocabulary) if os.path.exists(vocabulary) else None
-        self.limit = None if info.get("truncate_source") or self.pieces is None else info.get("max_source_length")
-        self.vocab_size = info.get("source_vocab_size") or (self.pieces.get_piece_size() if self.pieces else None)
-
-    def tokens(self, text: str) -> int:
-        """Source tokens of ``text`` with EOS, as the graph counts them (``tf.strings.strip`` strips ASCII)."""
-        return len(self.pieces.encode(text.strip(" \t\n\v\f\r"))) + 1
-
-    def violation(self, text: str) -> str | None:
-        """Why ``text`` is refused, or ``None``."""
-        if self.limit is None:
-            return None
-        tokens = self.tokens(text)
-        if tokens <= self.limit:
-            return None
-        return (
-            f"{tokens} tokens (EOS included) is longer than this model's maximum source length of {self.limit}; "
-            "shorten or split the sentence, or export with a larger --max_source_length or --truncate_source"
-        )
-
-
-def graph_error(error: BaseException) -> str:
-    """The reason in an error the exported graph raised (TensorFlow puts it after a generic first line)."""
-    text = str(error)
-    for marker in ("A source sentence is longer", "Token ids must"):
-        if marker in text:  # the assertion's message, up to the data TensorFlow appends in brackets
-            return (marker + text.split(marker, 1)[1].splitlines()[0].split("]")[0]).replace("\\'", "'")
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__
-
-
-def export_info(translator: Translator, ids_only: bool, alignment_layer: int | None = None) -> dict:
-    """What :data:`EXPORT_INFO` holds for ``translator``."""
+def export_info(translator: Translator, ids_only: bool, alignment_layer: int | None = None) -> ExportInfo:
+    """What :data:`~tf_transformer.inference.export_info.EXPORT_INFO` records for ``translator``."""
     model = translator.model
-    return {
-        "signatures": ["serving_default", "translate_ids"]
-        + (["translate_with_alignment"] if alignment_layer is not None else []),
-        "alignment_layer": alignment_layer,
-        "serving_default": "translate_ids" if ids_only else "translate",
-        "max_source_length": translator.max_source_length,
-        "truncate_source": translator.truncate_source,
-        "source_vocab_size": model.src_vocab_size or model.vocab_size,
-        "beam_size": translator.beam_size,
-        "alpha": translator.alpha,
-        "extra_length": translator.extra_length,
-        "min_length": translator.min_length,
-        "max_length": translator.max_length,
-        "streams": translator.streams,
-        "dtype": model.dtype_policy.name,
-    }
+    return ExportInfo(
+        signatures=("serving_default", "translate_ids")
+        + (("translate_with_alignment",) if alignment_layer is not None else ()),
+        serving_default="translate_ids" if ids_only else "translate",
+        alignment_layer=alignment_layer,
+        source_vocab_size=model.source_vocab_size or model.vocab_size,
+        dtype=model.dtype_policy.name,
+        options=translator.options,
+    )
 
 
 def export_translator(
@@ -181,9 +112,7 @@ def export_translator(
         # the export too, for clients that tokenize themselves.
         os.makedirs(os.path.join(target, "assets"), exist_ok=True)
         shutil.copyfile(vocabulary_path, os.path.join(target, "assets", "sp.model"))
-        os.makedirs(os.path.join(target, "assets.extra"), exist_ok=True)
-        with open(os.path.join(target, EXPORT_INFO), "w", encoding="utf-8") as handle:
-            json.dump(export_info(translator, ids_only, None if ids_only else alignment_layer), handle, indent=2)
+        write_export_info(target, export_info(translator, ids_only, None if ids_only else alignment_layer))
         replace_directory(target, output)  # an existing export stays whole until the new one is in place
     except (tf.errors.OpError, OSError) as error:  # a full disk, a quota: nothing of this export is left
         raise write_failed("export", output, error, os.path.exists(output)) from None
@@ -195,26 +124,19 @@ def export_translator(
 def export_run(
     model_dir: str,
     output: str,
+    options: DecodeOptions | None = None,
     checkpoint: str | None = None,
-    beam_size: int | None = None,
-    alpha: float | None = None,
-    extra_length: int | None = None,
     overwrite: bool = False,
-    min_length: int = 0,
-    max_length: int | None = None,
     dtype: str | None = None,
-    streams: int = 1,
-    max_source_length: int | None = None,
-    truncate_source: bool = False,
     ids_only: bool = False,
     alignment_layer: int | str | None = "last",
 ) -> str:
     """Exports the run in ``model_dir`` (its averaged or newest checkpoint) to ``output``.
 
-    The decoding settings (beam, α, length limits, ``streams`` of
-    :class:`~tf_transformer.inference.translator.Translator`) are fixed in the exported graph.
-    ``max_source_length`` defaults to the longest sentence training kept (its
-    ``max_length``), the longest the model has learned to translate.
+    ``options`` are fixed in the exported graph; by default the run's
+    (:meth:`DecodeOptions.from_config`). Without a ``max_source_length`` the export
+    takes the longest sentence training kept (its ``max_train_length``), the
+    longest the model has learned to translate.
     ``alignment_layer``: the decoder layer (from 0) whose attention aligns in the
     ``translate_with_alignment`` signature; ``"last"`` (the default: it aligned
     best of every layer measured here, docs/attention.md) or ``"penultimate"``
@@ -223,29 +145,19 @@ def export_run(
     (:func:`~tf_transformer.inference.precision.inference_copy`); by default float32.
     """
     model, config = restore_model(model_dir, checkpoint)
-    if max_source_length is None:
-        max_source_length = training_max_length(model_dir)
-    longest = max_source_length + (config.extra_decode_length if extra_length is None else extra_length)
-    if config.position == "learned" and longest > config.max_length:
+    options = options or DecodeOptions.from_config(config)
+    if options.max_source_length is None:
+        options = options.replace(max_source_length=training_max_length(model_dir))
+    longest = options.max_source_length + options.max_extra_length
+    if config.position == "learned" and longest > config.max_positions:
         raise ValueError(
-            f"max_source_length {max_source_length} lets outputs reach {longest} tokens, past the "
-            f"{config.max_length} positions the model learned; lower --max_source_length or --extra_length"
+            f"max_source_length {options.max_source_length} lets outputs reach {longest} tokens, past the "
+            f"{config.max_positions} positions the model learned; lower --max_source_length or --max_extra_length"
         )
     if dtype is not None and dtype != model.dtype_policy.name:
         model = inference_copy(model, dtype)
     vocabulary = vocabulary_path(model_dir)
-    translator = Translator(
-        model,
-        Tokenizer(vocabulary),
-        beam_size=beam_size or config.beam_size,
-        alpha=config.length_penalty if alpha is None else alpha,
-        extra_length=config.extra_decode_length if extra_length is None else extra_length,
-        min_length=min_length,
-        max_length=max_length,
-        streams=streams,
-        max_source_length=max_source_length,
-        truncate_source=truncate_source,
-    )
+    translator = Translator(model, Tokenizer(vocabulary), options)
     if alignment_layer in ("last", "penultimate"):
         alignment_layer = max(config.num_layers - (1 if alignment_layer == "last" else 2), 0)
     if alignment_layer is not None and not 0 <= alignment_layer < config.num_layers:
@@ -258,4 +170,4 @@ def export_run(
 def training_max_length(model_dir: str) -> int:
     """The longest sentence (subwords with EOS, per side) that training in ``model_dir`` kept."""
     config, options = load_run(model_dir)
-    return options.get("max_length") or config.max_sequence_length
+    return options.get("max_train_length") or config.max_train_length

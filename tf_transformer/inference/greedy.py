@@ -3,7 +3,7 @@
 The cheapest decoding mode, for dev BLEU during training. It is not beam
 search with one beam: beam search with a length penalty (α > 0) may keep a
 live hypothesis over a finished one; greedy search ends a sentence at its first
-EOS. Section 6.1's maximum output length applies: input length + ``extra_length``.
+EOS. Section 6.1's maximum output length applies: input length + ``max_extra_length``.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.inference.incremental import IncrementalDecoder
 
 
-def greedy_search(model, inputs, extra_length: int = 50, max_length: int | None = None, decoding=None):
+def greedy_search(model, inputs, max_extra_length: int = 50, max_output_length: int | None = None, decoding=None):
     """Greedy translations of ``inputs`` (``int32[batch, src_len]``, EOS-terminated, 0-padded).
 
     Args:
       model: a :class:`~tf_transformer.model.Transformer`.
       inputs: source ids.
-      extra_length: each row may produce at most its source length + this many tokens (EOS counted).
-      max_length: an absolute cap on the output length besides that.
+      max_extra_length: each row may produce at most its source length + this many tokens (EOS counted).
+      max_output_length: an absolute cap on the output length besides that.
       decoding: an :class:`~tf_transformer.inference.incremental.IncrementalDecoder`
         of ``model`` to reuse (one is made by default).
 
@@ -33,9 +33,9 @@ def greedy_search(model, inputs, extra_length: int = 50, max_length: int | None 
     decoding = decoding or IncrementalDecoder(model)
     inputs = tf.convert_to_tensor(inputs, tf.int32)
     batch = tf.shape(inputs)[0]
-    max_lengths = tf.reduce_sum(tf.cast(inputs != PAD_ID, tf.int32), axis=1) + extra_length  # [batch]
-    if max_length is not None:
-        max_lengths = tf.minimum(max_lengths, max_length)
+    max_lengths = tf.reduce_sum(tf.cast(inputs != PAD_ID, tf.int32), axis=1) + max_extra_length  # [batch]
+    if max_output_length is not None:
+        max_lengths = tf.minimum(max_lengths, max_output_length)
     limit = tf.reduce_max(max_lengths)
     memory, memory_mask = decoding.encode(inputs)  # [batch, src_len, d_model]
     constants = decoding.constants(memory, memory_mask=memory_mask)

@@ -12,6 +12,7 @@ from pipelines.vocab import Tokenizer
 from tf_transformer.constants import EOS_ID, PAD_ID
 from tf_transformer.inference.alignment import graph_word_alignment, hypothesis_attention
 from tf_transformer.inference.beam_search import beam_search
+from tf_transformer.inference.decode_options import DecodeOptions
 from tf_transformer.inference.incremental import IncrementalDecoder
 
 
@@ -21,68 +22,28 @@ class Translator(tf.Module):
     Args:
       model: the trained model.
       tokenizer: the shared SentencePiece tokenizer of the run.
-      beam_size: K (4 in the paper); for greedy search see :mod:`tf_transformer.inference.greedy`.
-      alpha: GNMT length penalty exponent (0.6 in the paper).
-      extra_length: maximum output length = input length + this (50 in the paper).
-      min_length: no EOS before this many output tokens (EOS counted; 0: none).
-      max_length: an absolute cap on the output length besides input + extra_length
-        (EOS counted; raised to ``min_length`` where smaller). ``min_length ==
-        max_length`` fixes the length, which makes speed comparisons do equal work.
+      options: how to decode (:class:`~tf_transformer.inference.decode_options.DecodeOptions`:
+        beam, α, length limits, batch parts, the longest source), fixed for the
+        translator's life (default: the paper's); ``DecodeOptions.from_config`` fills
+        in a run's defaults.
       freeze_weights: lay the decoder's kernels out for decoding once, now, and keep
         them as variables (``frozen_weights``, saved with an export), instead of
         per search. A frozen translator does not follow later changes of the
         model's weights; :func:`~tf_transformer.inference.export.export_translator`
         exports a frozen copy (:meth:`frozen`).
-      max_source_length: the longest source a search accepts, in tokens with EOS
-        (``None``: any). Self-attention's memory grows with the square of the
-        source length and the decoder's cache with source + ``extra_length``, so
-        a server needs this bound: one very long sentence must not exhaust it.
-        A longer source fails the call with ``InvalidArgumentError`` naming the
-        limit, unless ``truncate_source``: then it is cut to its first
-        ``max_source_length - 1`` tokens and EOS.
-      streams: split every batch into this many equal parts, each searched by its
-        own loop in the same graph; TensorFlow's executor runs the loops side by
-        side on its inter-op threads (CTranslate2's ``inter_threads``). Meant for
-        CPUs run with ``intra_op_parallelism_threads=1`` and
-        ``inter_op_parallelism_threads=streams``: a decoding step is hundreds of
-        small ops, and each then runs whole on one core instead of being split
-        across the cores op by op (docs/design/decoding.md). Translations are
-        one search's, up to float rounding (the products see fewer rows).
     """
 
     def __init__(
         self,
         model,
         tokenizer: Tokenizer,
-        beam_size: int = 4,
-        alpha: float = 0.6,
-        extra_length: int = 50,
-        min_length: int = 0,
-        max_length: int | None = None,
+        options: DecodeOptions | None = None,
         freeze_weights: bool = False,
-        streams: int = 1,
-        max_source_length: int | None = None,
-        truncate_source: bool = False,
     ):
         super().__init__(name="translator")
-        if max_length is not None and max_length < 1:
-            raise ValueError(f"max_length must be positive, got {max_length}")
-        if streams < 1:
-            raise ValueError(f"streams must be positive, got {streams}")
-        if max_source_length is not None and max_source_length < 2:
-            raise ValueError(f"max_source_length must be at least 2 (a token and EOS), got {max_source_length}")
-        if truncate_source and max_source_length is None:
-            raise ValueError("truncate_source needs a max_source_length")
         self.model = model
         self.tokenizer = tokenizer
-        self.beam_size = beam_size
-        self.alpha = alpha
-        self.extra_length = extra_length
-        self.min_length = min_length
-        self.max_length = max_length
-        self.streams = streams
-        self.max_source_length = max_source_length
-        self.truncate_source = truncate_source
+        self.options = options or DecodeOptions()
         self.decoding = IncrementalDecoder(model)
         self.frozen_weights = None
         if freeze_weights:
@@ -93,19 +54,7 @@ class Translator(tf.Module):
 
     def frozen(self) -> Translator:
         """A copy of this translator with ``freeze_weights=True`` (the model's weights as they are now)."""
-        return Translator(
-            self.model,
-            self.tokenizer,
-            beam_size=self.beam_size,
-            alpha=self.alpha,
-            extra_length=self.extra_length,
-            min_length=self.min_length,
-            max_length=self.max_length,
-            freeze_weights=True,
-            streams=self.streams,
-            max_source_length=self.max_source_length,
-            truncate_source=self.truncate_source,
-        )
+        return Translator(self.model, self.tokenizer, self.options, freeze_weights=True)
 
     def search(
         self,
@@ -114,30 +63,30 @@ class Translator(tf.Module):
         alpha: float | None = None,
         use_cache: bool = True,
         force_length: int | None = None,
-        streams: int | None = None,
+        batch_parts: int | None = None,
     ):
         """Token ids ``int32[batch, src_len]`` (EOS-terminated, 0-padded) → n-best.
 
         ``use_cache=False`` re-runs the whole decoder over the prefix at every
         step (for measuring what the cache saves); ``force_length`` sets both
         the minimum and the maximum output length (EOS included) for this call,
-        so speed runs do a fixed amount of work; ``streams`` overrides the
-        translator's (see the class).
+        so speed runs do a fixed amount of work; ``beam_size``, ``alpha`` and
+        ``batch_parts`` override the translator's options for this call.
 
         Returns ``(ids int32[batch, beam, out_len], scores float32[batch, beam], steps)``.
         """
-        streams = self.streams if streams is None else streams
-        if streams < 1:
-            raise ValueError(f"streams must be positive, got {streams}")
-        if streams == 1:
+        parts = self.options.batch_parts if batch_parts is None else batch_parts
+        if parts < 1:
+            raise ValueError(f"batch_parts must be positive, got {parts}")
+        if parts == 1:
             return self._search(inputs, beam_size, alpha, use_cache, force_length)
         inputs = tf.convert_to_tensor(inputs, tf.int32)
         batch = tf.shape(inputs)[0]
         # Equal parts: the last sentence is repeated to fill them. A copy ends when its
-        # original does, so it never keeps its stream's loop running longer.
-        filler = tf.repeat(inputs[-1:], (-batch) % streams, axis=0)  # [padding, src_len]
-        parts = tf.split(tf.concat([inputs, filler], axis=0), streams)  # streams × [part, src_len]
-        results = [self._search(part, beam_size, alpha, use_cache, force_length) for part in parts]
+        # original does, so it never keeps its part's loop running longer.
+        filler = tf.repeat(inputs[-1:], (-batch) % parts, axis=0)  # [padding, src_len]
+        pieces = tf.split(tf.concat([inputs, filler], axis=0), parts)  # parts × [part, src_len]
+        results = [self._search(piece, beam_size, alpha, use_cache, force_length) for piece in pieces]
         length = tf.reduce_max(tf.stack([tf.shape(ids)[2] for ids, _, _ in results]))
         ids = tf.concat(
             [tf.pad(ids, [[0, 0], [0, 0], [0, length - tf.shape(ids)[2]]]) for ids, _, _ in results], axis=0
@@ -148,14 +97,18 @@ class Translator(tf.Module):
 
     def _search(self, inputs, beam_size, alpha, use_cache, force_length):
         """:meth:`search` of one batch in one loop."""
-        beam_size = beam_size or self.beam_size
-        alpha = self.alpha if alpha is None else alpha
+        options = self.options
+        beam_size = beam_size or options.beam_size
+        alpha = options.alpha if alpha is None else alpha
         model = self.model
         inputs = tf.convert_to_tensor(inputs, tf.int32)
         batch = tf.shape(inputs)[0]
         source_lengths = tf.reduce_sum(tf.cast(inputs != PAD_ID, tf.int32), axis=1)  # [batch]
-        min_length, cap = (force_length, force_length) if force_length else (self.min_length, self.max_length)
-        max_lengths = source_lengths + self.extra_length  # [batch]: input length + 50
+        min_length, cap = (
+            (force_length, force_length) if force_length else (options.min_length, options.max_output_length)
+        )
+        # DecodeOptions.longest_output, per sentence of the batch.
+        max_lengths = source_lengths + options.max_extra_length  # [batch]: input length + 50
         if cap is not None:
             max_lengths = tf.minimum(max_lengths, cap)
         if min_length:
@@ -206,11 +159,11 @@ class Translator(tf.Module):
 
     def limit_source(self, inputs):
         """``int32[batch, src_len]`` held to ``max_source_length``: refused, or cut when ``truncate_source``."""
-        if self.max_source_length is None:
+        limit = self.options.max_source_length
+        if limit is None:
             return inputs
-        limit = self.max_source_length
         lengths = tf.reduce_sum(tf.cast(inputs != PAD_ID, tf.int32), axis=1)  # [batch]
-        if not self.truncate_source:
+        if not self.options.truncate_source:
             check = tf.debugging.assert_less_equal(
                 lengths,
                 limit,
@@ -225,7 +178,7 @@ class Translator(tf.Module):
 
     def check_ids(self, inputs):
         """``int32[batch, src_len]`` from a client: every id inside the vocabulary, or a clear error."""
-        vocab_size = self.model.src_vocab_size or self.model.vocab_size
+        vocab_size = self.model.source_vocab_size or self.model.vocab_size
         checks = [
             tf.debugging.assert_non_negative(inputs, message="Token ids must not be negative"),
             tf.debugging.assert_less(

@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 from absl import logging
 
-from tf_transformer.inference.export import graph_error
+from tf_transformer.inference.export_info import graph_error
 from tf_transformer.serving.batching import BatchScheduler
 from tf_transformer.serving.requests import ClientError, NotFound, Unavailable, parse_json, parse_predict, response
 from tf_transformer.serving.versions import ModelVersions

@@ -7,14 +7,14 @@ import os
 import numpy as np
 
 from tf_transformer.constants import EOS_ID, PAD_ID
-from tf_transformer.inference.export import PADDED_AXES, SourceLimit, read_export_info
+from tf_transformer.inference.export_info import PADDED_AXES, SourceLimit, read_export_info
 from tf_transformer.serving.requests import ClientError, PredictRequest
 
 
 class Servable:
     """The SavedModel at ``path``, served as ``version``.
 
-    The limits an export records (:class:`~tf_transformer.inference.export.SourceLimit`:
+    The limits an export records (:class:`~tf_transformer.inference.export_info.SourceLimit`:
     the longest source, the vocabulary size) are checked here per request, so
     that a request that would fail inside the graph, or take the server's
     memory, fails alone before it is merged with others into a batch. Exports
@@ -73,7 +73,7 @@ class Servable:
     def fit(self, signature: str, rows: list, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``rows``' share of a merged batch's ``outputs``, cut to the shapes :meth:`run` of ``rows`` alone gives.
 
-        Cuts the axes :data:`~tf_transformer.inference.export.PADDED_AXES` names. Where
+        Cuts the axes :data:`~tf_transformer.inference.export_info.PADDED_AXES` names. Where
         an export does not record what fixes a length (one written before
         ``assets.extra/tf_transformer.json``), the axis loses only its trailing all-zero entries.
         """
@@ -92,10 +92,10 @@ class Servable:
         As the graph sets them: sources padded to the longest (tokens with EOS, cut
         to the maximum source length when the export truncates, as
         ``Translator.limit_source`` does); outputs to the longest decode a row may
-        run, as ``Translator.search`` bounds it (its source + ``extra_length``).
+        run, as ``Translator.search`` bounds it (``DecodeOptions.longest_output``).
         """
-        info = self.info
-        cut = info.get("max_source_length") if info.get("truncate_source") else None
+        options = self.info.options
+        cut = options.max_source_length if options is not None and options.truncate_source else None
         if self.input_kinds[signature] == "strings":
             if self.limits.pieces is None:
                 return {"source": None, "output": None}
@@ -111,14 +111,9 @@ class Servable:
                 ids = ids[:, :cut]
                 ids[lengths > cut, cut - 1] = EOS_ID
                 width, lengths = cut, (ids != PAD_ID).sum(axis=1)
-        if info.get("extra_length") is None:
+        if options is None:
             return {"source": width, "output": None}
-        decode = [length + info["extra_length"] for length in lengths]
-        if info.get("max_length") is not None:
-            decode = [min(length, info["max_length"]) for length in decode]
-        if info.get("min_length"):
-            decode = [max(length, info["min_length"]) for length in decode]
-        return {"source": width, "output": int(max(decode))}
+        return {"source": width, "output": int(max(options.longest_output(int(length)) for length in lengths))}
 
     def metadata(self) -> dict:
         """The signatures as TF Serving's model metadata API gives them (``GetModelMetadataResponse`` in JSON)."""

@@ -1,0 +1,63 @@
+"""Decoding options: the config's defaults filled in once, flags over them, limits checked, the graph's bound."""
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from configs import get_config
+from tf_transformer.inference.decode_options import DecodeOptions
+
+
+def test_from_config_takes_the_configs_defaults_and_the_flags_given():
+    config = get_config("tiny").replace(beam_size=5, alpha=1.0, max_extra_length=7)
+    assert DecodeOptions.from_config(config) == DecodeOptions(beam_size=5, alpha=1.0, max_extra_length=7)
+    flags = dict(beam_size=None, alpha=0.0, max_extra_length=None, max_output_length=None, batch_parts=2)
+    assert DecodeOptions.from_config(config, **flags) == DecodeOptions(
+        beam_size=5, alpha=0.0, max_extra_length=7, batch_parts=2
+    )
+    with pytest.raises(TypeError, match="extra_length"):
+        DecodeOptions.from_config(config, extra_length=3)  # one name per setting
+
+
+def test_options_are_frozen_and_checked():
+    options = DecodeOptions()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.beam_size = 2
+    assert options.replace(beam_size=2).beam_size == 2 and options.beam_size == 4
+    for bad, message in [
+        (dict(beam_size=0), "beam_size"),
+        (dict(max_output_length=0), "max_output_length"),
+        (dict(batch_parts=0), "batch_parts"),
+        (dict(max_source_length=1), "at least 2"),
+        (dict(truncate_source=True), "needs a max_source_length"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            DecodeOptions(**bad)
+
+
+@pytest.mark.parametrize(
+    "options, source_length, longest",
+    [
+        (DecodeOptions(max_extra_length=50), 7, 57),  # section 6.1: input + 50
+        (DecodeOptions(max_extra_length=50, max_output_length=40), 7, 40),
+        (DecodeOptions(max_extra_length=5, min_length=20), 7, 20),  # the cap rises to the minimum
+        (DecodeOptions(max_extra_length=5, min_length=40, max_output_length=40), 70, 40),  # a fixed length
+    ],
+)
+def test_longest_output(options, source_length, longest):
+    assert options.longest_output(source_length) == longest
+
+
+def test_the_export_cli_reads_the_old_flag_names():
+    """``--extra_length``, ``--max_length`` and ``--streams`` of earlier versions set today's flags."""
+    script = (
+        "from absl import flags; import tf_transformer.cli.export; "
+        "flags.FLAGS(['tft-export', '--model_dir=r', '--output=o', '--extra_length=7', '--max_length=9', "
+        "'--streams=2']); "
+        "print(flags.FLAGS.max_extra_length, flags.FLAGS.max_output_length, flags.FLAGS.batch_parts)"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["7", "9", "2"]

@@ -1,0 +1,108 @@
+"""The decoding settings of a translation: beam, length penalty, length limits, batch parts.
+
+One frozen :class:`DecodeOptions` is built from a run's config and the command
+line's flags (:meth:`DecodeOptions.from_config`, the one place where the config's
+defaults are filled in) and passed whole to the
+:class:`~tf_transformer.inference.translator.Translator`, the export (which records
+it in ``assets.extra/tf_transformer.json``), batch translation and the attention
+report. Plain Python: a server reads an export's options without TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeOptions:
+    """How beam search decodes (section 6.1), and the limits an export enforces.
+
+    Args:
+      beam_size: K (4 in the paper); for greedy search see :mod:`tf_transformer.inference.greedy`.
+      alpha: the GNMT length penalty's exponent α (0.6 in the paper; 0: none).
+      max_extra_length: each output is at most its input's length + this many tokens,
+        EOS counted (50 in the paper).
+      min_length: no EOS before this many output tokens (EOS counted; 0: none).
+      max_output_length: a cap on the output length besides input + ``max_extra_length``
+        (EOS counted; raised to ``min_length`` where smaller; ``None``: none).
+        ``min_length == max_output_length`` fixes the length, which makes speed
+        comparisons do equal work.
+      batch_parts: split every batch into this many equal parts, each searched by its
+        own loop in the same graph; TensorFlow's executor runs the loops side by
+        side on its inter-op threads (CTranslate2's ``inter_threads``). Meant for
+        CPUs run with ``intra_op_parallelism_threads=1`` and
+        ``inter_op_parallelism_threads=batch_parts``: a decoding step is hundreds of
+        small ops, and each then runs whole on one core instead of being split
+        across the cores op by op (docs/design/decoding.md). Translations are
+        one search's, up to float rounding (the products see fewer rows).
+      max_source_length: the longest source a search accepts, in tokens with EOS
+        (``None``: any). Self-attention's memory grows with the square of the
+        source length and the decoder's cache with source + ``max_extra_length``,
+        so a server needs this bound: one very long sentence must not exhaust it.
+        A longer source fails the call with ``InvalidArgumentError`` naming the
+        limit, unless ``truncate_source``: then it is cut to its first
+        ``max_source_length - 1`` tokens and EOS.
+      truncate_source: see ``max_source_length``.
+    """
+
+    beam_size: int = 4
+    alpha: float = 0.6
+    max_extra_length: int = 50
+    min_length: int = 0
+    max_output_length: int | None = None
+    batch_parts: int = 1
+    max_source_length: int | None = None
+    truncate_source: bool = False
+
+    def __post_init__(self):
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be positive, got {self.beam_size}")
+        if self.max_output_length is not None and self.max_output_length < 1:
+            raise ValueError(f"max_output_length must be positive, got {self.max_output_length}")
+        if self.batch_parts < 1:
+            raise ValueError(f"batch_parts must be positive, got {self.batch_parts}")
+        if self.max_source_length is not None and self.max_source_length < 2:
+            raise ValueError(f"max_source_length must be at least 2 (a token and EOS), got {self.max_source_length}")
+        if self.truncate_source and self.max_source_length is None:
+            raise ValueError("truncate_source needs a max_source_length")
+
+    @classmethod
+    def from_config(cls, config, **flags: Any) -> DecodeOptions:
+        """The options of a run with ``config`` (a :class:`~configs.TransformerConfig`), ``flags`` applied.
+
+        A flag that is ``None`` was not given: beam size, α and ``max_extra_length``
+        then come from the config, the others keep their defaults here. An unknown
+        flag name raises ``TypeError``.
+        """
+        values = {"beam_size": config.beam_size, "alpha": config.alpha, "max_extra_length": config.max_extra_length}
+        values.update({name: value for name, value in flags.items() if value is not None})
+        return cls(**values)
+
+    @classmethod
+    def for_run(cls, model_dir: str, **flags: Any) -> DecodeOptions:
+        """:meth:`from_config` with the config of the training run in ``model_dir``."""
+        from tf_transformer.run_dir import load_run
+
+        config, _ = load_run(model_dir)
+        return cls.from_config(config, **flags)
+
+    def replace(self, **changes: Any) -> DecodeOptions:
+        """A copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as JSON values, by field name (what an export records)."""
+        return dataclasses.asdict(self)
+
+    def longest_output(self, source_length: int) -> int:
+        """The most tokens (EOS counted) a source of ``source_length`` tokens (with EOS) may produce.
+
+        The bound ``Translator.search`` sets in its graph, in Python.
+        """
+        longest = source_length + self.max_extra_length
+        if self.max_output_length is not None:
+            longest = min(longest, self.max_output_length)
+        if self.min_length:
+            longest = max(longest, self.min_length)
+        return longest

@@ -1,0 +1,138 @@
+"""Reading an export without loading it: what it records, its limits, the axes its outputs pad.
+
+A server checks each request against the limits an export records before any
+graph runs, and cuts a merged batch's padded outputs back per request; it does
+so with this module, which imports neither Keras nor the model (nor TensorFlow).
+:mod:`tf_transformer.inference.export` writes what is read here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+from tf_transformer.inference.decode_options import DecodeOptions
+
+EXPORT_INFO = os.path.join("assets.extra", "tf_transformer.json")
+
+# The axes after the first that a batch pads to its longest sentence, for each signature output that has any:
+# "output" to the longest decode a sentence of the batch may run (its source length + ``max_extra_length``, bounded
+# as ``Translator.search`` bounds it: longer than its hypothesis when that ends early), "source" to the longest source
+# (tokens with EOS). A server that merges requests into one batch cuts each request's share back along these axes
+# to what a call with that request alone returns.
+PADDED_AXES = {"ids": ("output",), "attention": ("output", "source")}
+
+# Keys of EXPORT_INFO written by earlier versions → today's DecodeOptions fields.
+RENAMED_KEYS = {"extra_length": "max_extra_length", "max_length": "max_output_length", "streams": "batch_parts"}
+
+_OPTIONS = {field.name for field in dataclasses.fields(DecodeOptions)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportInfo:
+    """What ``assets.extra/tf_transformer.json`` (:data:`EXPORT_INFO`) of an export records.
+
+    TF Serving ignores the file. It is one JSON object: the fields below but
+    ``options``, and the :class:`DecodeOptions` fixed in the graph, each under its
+    field name. Files of earlier versions name some options differently
+    (:data:`RENAMED_KEYS`) and are read as today's.
+
+    Args:
+      signatures: the export's signature names.
+      serving_default: which function ``serving_default`` is (``"translate"`` or ``"translate_ids"``).
+      alignment_layer: the decoder layer ``translate_with_alignment`` aligns with (``None``: no such signature).
+      source_vocab_size: source token ids must be below this.
+      dtype: the graph's weights and compute dtype policy.
+      options: the decoding settings; ``None`` for exports written before the file existed.
+    """
+
+    signatures: tuple[str, ...] = ()
+    serving_default: str | None = None
+    alignment_layer: int | None = None
+    source_vocab_size: int | None = None
+    dtype: str | None = None
+    options: DecodeOptions | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object the file holds."""
+        fields = {
+            field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.name != "options"
+        }
+        return {**fields, "signatures": list(self.signatures), **(self.options.to_dict() if self.options else {})}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ExportInfo:
+        """The info of the JSON object ``values``, written by this version or an earlier one."""
+        values = {RENAMED_KEYS.get(key, key): value for key, value in values.items()}
+        own = {field.name for field in dataclasses.fields(cls)} - {"options"}
+        return cls(
+            **{key: value for key, value in values.items() if key in own and key != "signatures"},
+            signatures=tuple(values.get("signatures", ())),
+            options=DecodeOptions(**{key: value for key, value in values.items() if key in _OPTIONS}),
+        )
+
+
+def read_export_info(export_path: str) -> ExportInfo:
+    """The export's :data:`EXPORT_INFO`; for exports written before it existed, an empty :class:`ExportInfo`."""
+    path = os.path.join(export_path, EXPORT_INFO)
+    if not os.path.exists(path):
+        return ExportInfo()
+    with open(path, encoding="utf-8") as handle:
+        return ExportInfo.from_dict(json.load(handle))
+
+
+def write_export_info(export_path: str, info: ExportInfo) -> None:
+    """Writes ``info`` as the :data:`EXPORT_INFO` of the export at ``export_path``."""
+    os.makedirs(os.path.join(export_path, os.path.dirname(EXPORT_INFO)), exist_ok=True)
+    with open(os.path.join(export_path, EXPORT_INFO), "w", encoding="utf-8") as handle:
+        json.dump(info.to_dict(), handle, indent=2)
+
+
+class SourceLimit:
+    """An export's maximum source length, checked in Python before a sentence reaches its graph.
+
+    The graph refuses a whole batch for one sentence over the limit; a server or
+    a batch tool checks each sentence first, so that it can say which one it was
+    and fail only that one. Counts tokens as the graph does: the stripped
+    sentence's pieces, plus EOS. ``limit`` is ``None`` for exports that record
+    none (written before the limit existed) or that truncate.
+    """
+
+    def __init__(self, export_path: str):
+        import sentencepiece as spm
+
+        info = read_export_info(export_path)
+        options = info.options
+        vocabulary = os.path.join(export_path, "assets", "sp.model")
+        self.pieces = spm.SentencePieceProcessor(model_file=vocabulary) if os.path.exists(vocabulary) else None
+        recorded = options is not None and not options.truncate_source and self.pieces is not None
+        self.limit = options.max_source_length if recorded else None
+        self.vocab_size = info.source_vocab_size or (self.pieces.get_piece_size() if self.pieces else None)
+
+    def tokens(self, text: str) -> int:
+        """Source tokens of ``text`` with EOS, as the graph counts them (``tf.strings.strip`` strips ASCII)."""
+        return len(self.pieces.encode(text.strip(" \t\n\v\f\r"))) + 1
+
+    def violation(self, text: str) -> str | None:
+        """Why ``text`` is refused, or ``None``."""
+        if self.limit is None:
+            return None
+        tokens = self.tokens(text)
+        if tokens <= self.limit:
+            return None
+        return (
+            f"{tokens} tokens (EOS included) is longer than this model's maximum source length of {self.limit}; "
+            "shorten or split the sentence, or export with a larger --max_source_length or --truncate_source"
+        )
+
+
+def graph_error(error: BaseException) -> str:
+    """The reason in an error the exported graph raised (TensorFlow puts it after a generic first line)."""
+    text = str(error)
+    for marker in ("A source sentence is longer", "Token ids must"):
+        if marker in text:  # the assertion's message, up to the data TensorFlow appends in brackets
+            return (marker + text.split(marker, 1)[1].splitlines()[0].split("]")[0]).replace("\\'", "'")
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
