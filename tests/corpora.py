@@ -39,6 +39,7 @@ def tiny_options(data, **changes):
         tokens_per_batch=512,
         max_train_length=64,
         vocab_size=120,
+        precision="float32",  # not auto: the same arithmetic on every test machine
         dev_bleu_sentences=0,
         verbose=0,
     )

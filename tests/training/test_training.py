@@ -284,6 +284,10 @@ def test_train_writes_a_complete_model_dir_and_tensorboard(tmp_path, train_corpu
     config, stored = load_run(str(run))
     assert config.vocab_size == pipelines.Tokenizer(str(run / "sp.model")).vocab_size
     assert stored["train_steps"] == 6
+    # The options as the run took them: resolved for the machine, with why; no process-local values.
+    assert stored["precision"] == "float32" and stored["precision_reason"] == "given by --precision"
+    assert stored["jit_compile"] is False and "budget_start" not in stored
+    assert json.loads((run / "config.json").read_text())["run"] == stored  # written under today's names
     assert [os.path.basename(p) for p in last_checkpoints(str(run), 3)] == [
         "ckpt-3",
         "ckpt-4",
@@ -320,8 +324,18 @@ def test_train_writes_a_complete_model_dir_and_tensorboard(tmp_path, train_corpu
 def test_mirrored_strategy_over_two_logical_cpus(tmp_path, train_corpus_dir):
     if len(tf.config.list_logical_devices("CPU")) < 2:
         pytest.skip("needs two logical CPU devices (set in conftest before TensorFlow starts)")
-    summary = train(get_config("tiny"), tiny_options(train_corpus_dir, strategy="mirrored"), str(tmp_path / "run"))
-    assert summary["steps"] == 6 and math.isfinite(summary["history"]["loss"][-1])
+    """Each global batch split over two replicas makes the update one device makes on it: the same weights."""
+    config = get_config("tiny", dropout=0.0)  # dropout masks are drawn per replica
+    runs = {}
+    for strategy in ("one_device", "mirrored"):
+        options = tiny_options(train_corpus_dir, strategy=strategy, train_steps=6)
+        runs[strategy] = train(config, options, str(tmp_path / strategy))
+        assert runs[strategy]["steps"] == 6
+    for one, mirrored in zip(
+        _final_weights(str(tmp_path / "one_device")), _final_weights(str(tmp_path / "mirrored")), strict=True
+    ):
+        np.testing.assert_allclose(mirrored, one, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(runs["mirrored"]["history"]["loss"], runs["one_device"]["history"]["loss"], rtol=1e-4)
 
 
 @pytest.mark.slow
