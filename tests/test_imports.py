@@ -15,7 +15,7 @@ RANKS = {
     "tf_transformer": 0,  # the package's __init__: loads tf_transformer.model lazily
     "tf_transformer.constants": 0,
     "tf_transformer.cpu": 0,
-    "tf_transformer.atomic": 0,
+    "tf_transformer.files": 0,
     "pipelines.text_lines": 0,  # imports no project module; every reader of text lines uses it
     "pipelines": 1,
     "tf_transformer.masks": 1,
@@ -142,3 +142,16 @@ def test_the_special_ids_are_defined_once():
         and any(getattr(t, "id", None) in {"PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "MASK_VALUE"} for t in node.targets)
     ]
     assert definitions == ["tf_transformer.constants"] * 5
+
+
+def test_the_layout_page_lists_every_module():
+    """docs/design/layout.md names each module (its file, under its package's folder) and the rank order."""
+    page = (ROOT / "docs" / "design" / "layout.md").read_text(encoding="utf-8")
+    missing = [
+        name
+        for name, path in MODULES.items()
+        if path.name != "__init__.py" and path.name not in page and f"{path.stem}/" not in page
+    ]
+    assert not missing, "modules docs/design/layout.md does not list: " + ", ".join(sorted(missing))
+    folders = {name.rsplit(".", 1)[0] for name in MODULES if "." in name}
+    assert all(f"{folder.rsplit('.', 1)[-1]}/" in page for folder in folders)

@@ -23,6 +23,7 @@ from absl import logging
 import pipelines
 from configs import TransformerConfig
 from configs.run import renamed_options
+from tf_transformer.files import WriteError, copy_file, first_line, reason, save_json
 from tf_transformer.model import build_transformer
 
 
@@ -52,48 +53,6 @@ CHECKPOINTS = "checkpoints"
 AVERAGED = "averaged"
 
 
-class WriteError(OSError):
-    """Writing failed (a full disk, a quota, a file size limit): what was being written has been
-    removed and what was there before is intact; the message says which."""
-
-
-def write_failed(what: str, path: str, error: BaseException, existed: bool) -> WriteError:
-    """The :class:`WriteError` for ``what`` at ``path`` after its staging copy was removed."""
-    before = f"the {what} already at {path} is unchanged" if existed else "nothing was written"
-    return WriteError(f"Could not write the {what} {path} ({_reason(error)}); is the disk full? {before.capitalize()}")
-
-
-def _reason(error: BaseException) -> str:
-    """Why a write failed: the system's words for an ``OSError`` (``File too large``), else the first line."""
-    return getattr(error, "strerror", None) or first_line(error)
-
-
-def save_json(path: str, value) -> None:
-    """Writes ``value`` as JSON to ``path`` by way of a temporary file and a rename (atomic on a
-    POSIX filesystem; on an object store such as GCS a rename is a copy)."""
-    tmp = f"{path}.tmp"
-    try:
-        with tf.io.gfile.GFile(tmp, "w") as handle:
-            handle.write(json.dumps(value, indent=2, sort_keys=True))
-        tf.io.gfile.rename(tmp, path, overwrite=True)
-    except (OSError, tf.errors.OpError) as error:
-        if tf.io.gfile.exists(tmp):
-            tf.io.gfile.remove(tmp)
-        raise WriteError(f"Could not write {path} ({_reason(error)}); the previous file is unchanged") from None
-
-
-def copy_file(source: str, target: str) -> None:
-    """Copies ``source`` to ``target`` (any ``tf.io.gfile`` paths) by way of ``target.partial`` and a rename."""
-    partial = f"{target}.partial"
-    try:
-        tf.io.gfile.copy(source, partial, overwrite=True)
-        tf.io.gfile.rename(partial, target, overwrite=True)
-    except (OSError, tf.errors.OpError) as error:
-        if tf.io.gfile.exists(partial):
-            tf.io.gfile.remove(partial)
-        raise WriteError(f"Could not write {target} ({_reason(error)}); nothing was written") from None
-
-
 def save_checkpoint(manager: tf.train.CheckpointManager, step: int) -> str:
     """``manager.save`` as checkpoint ``step``; on failure, no part of it is left and a :class:`WriteError` says
     which checkpoint is still the newest.
@@ -114,7 +73,7 @@ def save_checkpoint(manager: tf.train.CheckpointManager, step: int) -> str:
             tf.io.gfile.rmtree(prefix + "_temp")
         latest = manager.latest_checkpoint
         raise WriteError(
-            f"Could not write checkpoint {prefix} ({_reason(error)}); is the disk full? "
+            f"Could not write checkpoint {prefix} ({reason(error)}); is the disk full? "
             + (
                 f"The newest checkpoint, {latest}, is intact: free space and run the same command to resume from it"
                 if latest
@@ -273,7 +232,3 @@ def restore_newest_readable(checkpoint, manager: tf.train.CheckpointManager) -> 
     if manager.checkpoints:
         raise CheckpointError(f"No readable checkpoint in {manager.directory}: every one is damaged")
     return None
-
-
-def first_line(error: Exception) -> str:
-    return str(error).strip().splitlines()[0][:500] if str(error).strip() else type(error).__name__

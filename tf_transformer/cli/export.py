@@ -76,9 +76,10 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     if FLAGS.alignment_layer is not None and (not FLAGS.alignment or FLAGS.ids_only):
         raise app.UsageError("--alignment_layer needs the alignment signature: not with --noalignment or --ids_only")
+    from tf_transformer.files import WriteError
     from tf_transformer.inference.decode_options import DecodeOptions
     from tf_transformer.inference.export import export_run
-    from tf_transformer.run_dir import CheckpointError, WriteError, default_checkpoint
+    from tf_transformer.run_dir import CheckpointError, default_checkpoint
 
     try:
         checkpoint = FLAGS.checkpoint or default_checkpoint(FLAGS.model_dir)

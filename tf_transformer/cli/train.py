@@ -108,7 +108,7 @@ def main(argv):
         raise app.UsageError(f"--data {FLAGS.data!r}: no such directory or file prefix")
     from configs import get_config
     from pipelines import DataError
-    from tf_transformer.run_dir import WriteError
+    from tf_transformer.files import WriteError
     from tf_transformer.training.cluster import ClusterError
     from tf_transformer.training.options import OptionError
     from tf_transformer.training.resume import ResumeError

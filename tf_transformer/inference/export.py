@@ -33,12 +33,12 @@ import keras
 import tensorflow as tf
 
 from pipelines.vocab import Tokenizer
-from tf_transformer.atomic import replace_directory, staging_directory
+from tf_transformer.files import replace_directory, staging_directory, write_failed
 from tf_transformer.inference.decode_options import DecodeOptions
 from tf_transformer.inference.export_info import ExportInfo, write_export_info
 from tf_transformer.inference.precision import inference_copy
 from tf_transformer.inference.translator import Translator
-from tf_transformer.run_dir import load_run, restore_model, vocabulary_path, write_failed
+from tf_transformer.run_dir import load_run, restore_model, vocabulary_path
 
 
 def export_info(translator: Translator, ids_only: bool, alignment_layer: int | None = None) -> ExportInfo:
@@ -63,7 +63,7 @@ def export_translator(
     ids_only: bool = False,
     alignment_layer: int | None = None,
 ) -> str:
-    """Writes ``translator`` as a SavedModel at ``output``, atomically (:mod:`tf_transformer.atomic`).
+    """Writes ``translator`` as a SavedModel at ``output``, atomically (:mod:`tf_transformer.files`).
 
     ``ids_only``: no string signature and no tensorflow-text op (see the module).
     ``alignment_layer``: add ``translate_with_alignment``, aligning with that

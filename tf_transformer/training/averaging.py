@@ -8,8 +8,8 @@ import shutil
 import numpy as np
 import tensorflow as tf
 
-from tf_transformer.atomic import replace_directory, staging_directory
-from tf_transformer.run_dir import checkpoint_dir, load_weights, restore_model, write_failed
+from tf_transformer.files import replace_directory, staging_directory, write_failed
+from tf_transformer.run_dir import checkpoint_dir, load_weights, restore_model
 
 
 def last_checkpoints(model_dir: str, last: int) -> list[str]:
@@ -29,7 +29,7 @@ def average_checkpoints(model_dir: str, last: int = 5, output: str | None = None
 
     The mean is accumulated in float64 and cast back to each weight's dtype.
     The result goes to ``output`` (default ``model_dir/averaged``), written to
-    a directory beside it and put in place atomically (:mod:`tf_transformer.atomic`).
+    a directory beside it and put in place atomically (:mod:`tf_transformer.files`).
     Returns the checkpoint prefix.
     """
     paths = last_checkpoints(model_dir, last)

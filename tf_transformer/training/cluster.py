@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from configs import TransformerConfig
 from tf_transformer import run_dir
+from tf_transformer.files import first_line, save_json
 from tf_transformer.training.options import OptionError, config_differences, differences, effective
 
 MARKER = "cluster.json"
@@ -85,11 +86,11 @@ class Cluster:
         try:
             return self.from_chief(secrets.randbelow(2**48) + 1)
         except LOST as error:
-            raise ClusterError(f"{self.name}: the other workers did not answer ({run_dir.first_line(error)})") from None
+            raise ClusterError(f"{self.name}: the other workers did not answer ({first_line(error)})") from None
 
     def announce(self, model_dir: str, token: int) -> None:
         """The chief: ``model_dir`` holds this launch's vocabulary and config.json."""
-        run_dir.save_json(os.path.join(model_dir, MARKER), {"token": token, "workers": self.workers})
+        save_json(os.path.join(model_dir, MARKER), {"token": token, "workers": self.workers})
 
     def follow_chief(self, model_dir: str, token: int, timeout: float) -> tuple[TransformerConfig, dict]:
         """A worker: waits for the chief's marker of this launch, then reads the run the chief wrote."""

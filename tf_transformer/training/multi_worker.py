@@ -39,7 +39,7 @@ import tensorflow as tf
 from absl import logging
 
 import pipelines
-from tf_transformer import run_dir
+from tf_transformer.files import first_line
 from tf_transformer.training.callbacks import Preempted
 from tf_transformer.training.cluster import LOST, ClusterError
 from tf_transformer.training.metrics import TokenPerplexity
@@ -115,7 +115,7 @@ def train_multi_worker(prepared: PreparedRun) -> dict:
     except LOST as error:
         raise ClusterError(
             f"{cluster.name}: lost contact with the other workers after micro-batch {micro} "
-            f"({run_dir.first_line(error)}). A worker died, or stopped answering the coordination service's "
+            f"({first_line(error)}). A worker died, or stopped answering the coordination service's "
             f"heartbeats. The newest checkpoint is {prepared.chief_manager.latest_checkpoint}: run "
             "every worker's command again to resume from it"
         ) from None

@@ -25,6 +25,7 @@ from absl import logging
 
 from configs import TransformerConfig
 from tf_transformer import run_dir
+from tf_transformer.files import copy_file
 from tf_transformer.training.options import STREAM_OPTIONS, config_differences, differences, effective
 
 SEEDS = "dropout_seeds"
@@ -98,7 +99,7 @@ def take_vocabulary(model_dir: str, source_dir: str) -> None:
     source, target = run_dir.vocabulary_path(source_dir), run_dir.vocabulary_path(model_dir)
     if not tf.io.gfile.exists(target):
         tf.io.gfile.makedirs(model_dir)
-        run_dir.copy_file(source, target)
+        copy_file(source, target)
         return
     with tf.io.gfile.GFile(source, "rb") as a, tf.io.gfile.GFile(target, "rb") as b:
         if a.read() != b.read():

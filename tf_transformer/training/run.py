@@ -25,6 +25,7 @@ from absl import logging
 import pipelines
 from configs import RunOptions, TransformerConfig
 from tf_transformer import run_dir
+from tf_transformer.files import save_json
 from tf_transformer.model import build_transformer
 from tf_transformer.training import resume
 from tf_transformer.training.callbacks import DataPosition, StepCheckpoint, StopAtStep, StopRequests
@@ -271,7 +272,7 @@ def finish(prepared: PreparedRun, seconds: float, history: dict, stopped_by: str
         "latest_checkpoint": prepared.chief_manager.latest_checkpoint,
         "stopped_by": stopped_by,
     }
-    run_dir.save_json(os.path.join(prepared.work_dir, "train_summary.json"), summary)
+    save_json(os.path.join(prepared.work_dir, "train_summary.json"), summary)
     return summary
 
 

@@ -19,7 +19,7 @@ import keras
 from absl import logging
 
 from configs import RunOptions, TransformerConfig
-from tf_transformer import run_dir
+from tf_transformer.files import first_line
 from tf_transformer.training import run as training_run
 from tf_transformer.training.callbacks import Preempted
 from tf_transformer.training.cluster import LOST, Cluster, ClusterError
@@ -49,7 +49,7 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str, budget
         prepared = training_run.prepare(config, resolved, model_dir, strategy, cluster, budget_start)
     except LOST as error:  # building the model, restoring, agreeing on the start
         raise ClusterError(
-            f"{cluster.name}: lost contact with the other workers while starting ({run_dir.first_line(error)}). "
+            f"{cluster.name}: lost contact with the other workers while starting ({first_line(error)}). "
             "A worker stopped, or stopped answering the coordination service's heartbeats; "
             "see its log, then run every worker's command again"
         ) from None

@@ -4,7 +4,7 @@ import errno
 
 import pytest
 
-from tf_transformer import atomic
+from tf_transformer import files
 
 
 def make(directory, text):
@@ -16,13 +16,13 @@ def make(directory, text):
 @pytest.mark.parametrize("exchange", [True, False])
 def test_the_new_version_replaces_the_old(tmp_path, monkeypatch, exchange):
     if not exchange:
-        monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)  # systems without renameat2
+        monkeypatch.setattr(files, "_exchange", lambda a, b: False)  # systems without renameat2
     destination = make(tmp_path / "export", "old")
     staging = make(tmp_path / ".export.partial", "new")
-    atomic.replace_directory(str(staging), str(destination))
+    files.replace_directory(str(staging), str(destination))
     assert (destination / "file").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]  # nothing left beside it
-    atomic.replace_directory(str(make(tmp_path / "fresh.partial", "first")), str(tmp_path / "fresh"))
+    files.replace_directory(str(make(tmp_path / "fresh.partial", "first")), str(tmp_path / "fresh"))
     assert (tmp_path / "fresh" / "file").read_text() == "first"
 
 
@@ -30,19 +30,19 @@ def test_a_failed_replacement_keeps_the_old_version_in_place(tmp_path, monkeypat
     def full_disk(a, b):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(atomic, "_exchange", full_disk)
+    monkeypatch.setattr(files, "_exchange", full_disk)
     destination = make(tmp_path / "export", "old")
     staging = make(tmp_path / ".export.partial", "new")
     with pytest.raises(OSError, match="No space"):
-        atomic.replace_directory(str(staging), str(destination))
+        files.replace_directory(str(staging), str(destination))
     assert (destination / "file").read_text() == "old"
 
 
 def test_without_an_exchange_the_old_version_survives_beside_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(files, "_exchange", lambda a, b: False)
     destination = make(tmp_path / "export", "old")
     staging = make(tmp_path / ".export.partial", "new")
-    real_replace = atomic.os.replace
+    real_replace = files.os.replace
     calls = []
 
     def second_fails(a, b):
@@ -51,8 +51,8 @@ def test_without_an_exchange_the_old_version_survives_beside_it(tmp_path, monkey
             raise OSError(errno.EIO, "I/O error")
         return real_replace(a, b)
 
-    monkeypatch.setattr(atomic.os, "replace", second_fails)
+    monkeypatch.setattr(files.os, "replace", second_fails)
     with pytest.raises(OSError, match="previous version is at") as caught:
-        atomic.replace_directory(str(staging), str(destination))
+        files.replace_directory(str(staging), str(destination))
     aside = calls[0][1]
     assert aside in str(caught.value) and open(f"{aside}/file").read() == "old"
