@@ -38,6 +38,8 @@ def variables(path):
 
 def signatures(export):
     """Each signature's inputs and outputs (name, dtype, shape) as the session-based loader sees them."""
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the graph holds)
+
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(export))
     return {
