@@ -85,8 +85,8 @@ class Translator(tf.Module):
         # Equal parts: the last sentence is repeated to fill them. A copy ends when its
         # original does, so it never keeps its part's loop running longer.
         filler = tf.repeat(inputs[-1:], (-batch) % parts, axis=0)  # [padding, src_len]
-        pieces = tf.split(tf.concat([inputs, filler], axis=0), parts)  # parts × [part, src_len]
-        results = [self._search(piece, beam_size, alpha, use_cache, force_length) for piece in pieces]
+        splits = tf.split(tf.concat([inputs, filler], axis=0), parts)  # parts × [batch / parts, src_len]
+        results = [self._search(split, beam_size, alpha, use_cache, force_length) for split in splits]
         length = tf.reduce_max(tf.stack([tf.shape(ids)[2] for ids, _, _ in results]))
         ids = tf.concat(
             [tf.pad(ids, [[0, 0], [0, 0], [0, length - tf.shape(ids)[2]]]) for ids, _, _ in results], axis=0
