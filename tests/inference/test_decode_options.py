@@ -61,3 +61,13 @@ def test_the_export_cli_reads_the_old_flag_names():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["7", "9", "2"]
+
+
+def test_the_translate_cli_reads_the_old_flag_name():
+    script = (
+        "from absl import flags; import tf_transformer.cli.translate; "
+        "flags.FLAGS(['tft-translate', '--streams=2']); print(flags.FLAGS.batch_parts)"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["2"]

@@ -46,7 +46,7 @@ flags.DEFINE_bool(
 flags.DEFINE_integer(
     "batch_parts", 1, "Batch parts decoded side by side (--model_dir only; an export fixes its own).", lower_bound=1
 )
-flags.DEFINE_alias("streams", "batch_parts")  # the flag's name before 2026-11-25
+flags.DEFINE_alias("streams", "batch_parts")  # the name of earlier versions
 flags.DEFINE_integer(
     "workers",
     1,
