@@ -31,11 +31,20 @@ class EpochPlan:
     Among the cuts into that many batches, the plan takes the one with the least
     padding, each row counted at its batch's bucket length: filling each batch
     to the brim, longest first, packs short rows under long ones.
+
+    Every merged batch holds a multiple of ``Buckets.merge_unit`` rows (8, or
+    the replica count if larger, where the budget allows): the cuts fall on
+    multiples of it and the last batch is topped up with all-padding rows
+    (which carry no loss weight), so 1, 2, 4 or 8 replicas get the same batches
+    and each replica an equal share. Keras ``fit`` and ``evaluate`` under
+    ``MirroredStrategy`` average the replicas' parts of the first batch they
+    read element by element, which fails on unequal parts, and after shuffling
+    (or out of a non-deterministic pipeline) any batch may come first.
     """
 
     full_batches: int  # batches the buckets fill, in the order they fill
     partial_batches: int  # buckets left partly filled at the end of the epoch
-    merged_rows: tuple[int, ...]  # rows of each batch the leftovers make, longest rows first
+    merged_rows: tuple[int, ...]  # real rows of each batch the leftovers make, longest rows first
 
     @property
     def batches(self) -> int:
@@ -67,8 +76,20 @@ class Buckets:
         counts = np.bincount(bucket, minlength=len(self.padded_lengths))[: len(self.padded_lengths)]
         sizes = np.asarray(self.batch_sizes)
         leftover = counts % sizes
-        merged = _cut_leftovers(leftover, sizes, np.asarray(self.padded_lengths))
+        merged = _cut_leftovers(leftover, sizes, np.asarray(self.padded_lengths), self.merge_unit)
         return EpochPlan(int(np.sum(counts // sizes)), int(np.count_nonzero(leftover)), merged)
+
+    @property
+    def merge_unit(self) -> int:
+        """Merged batches hold a multiple of this many rows (the last topped up with all-padding rows).
+
+        ``lcm(8, num_replicas)`` where every batch size is a multiple of it (the
+        same cut for 1, 2, 4 or 8 replicas), else the replica count.
+        """
+        for unit in (math.lcm(BATCH_MULTIPLE, self.num_replicas), self.num_replicas):
+            if all(size % unit == 0 for size in self.batch_sizes):
+                return unit
+        return 1
 
     @property
     def boundaries(self) -> list[int]:
@@ -76,40 +97,50 @@ class Buckets:
         return [length + 1 for length in self.padded_lengths]
 
 
-def _cut_leftovers(leftover, sizes, padded_lengths) -> tuple[int, ...]:
+def _cut_leftovers(leftover, sizes, padded_lengths, unit: int = 1) -> tuple[int, ...]:
     """Rows of each merged batch: the fewest batches, then the fewest padded tokens.
 
-    The leftover rows, longest first, are cut into consecutive batches; a batch
-    starting with a row of bucket ``t`` holds at most ``sizes[t]`` rows, padded
-    to ``padded_lengths[t]``. In a best cut every batch starts at the first row
-    of a bucket or is full: otherwise moving its start one row earlier takes a
-    row of the same bucket from the batch before (whose length is at least as
-    long) without padding more. So only those starts are tried, from the end.
+    The leftover rows, longest first, are cut into consecutive batches, each
+    but the last of a multiple of ``unit`` rows (so every cut falls on a
+    multiple of ``unit``; the last is topped up to one with all-padding rows,
+    counted too); a batch starting with a row of bucket ``t`` holds at
+    most ``sizes[t]`` rows (a multiple of ``unit``), padded to
+    ``padded_lengths[t]``. In a best cut every batch starts at the first cut
+    position at or after the first row of a bucket, or holds as many rows as it
+    can: otherwise moving its start ``unit`` rows earlier takes rows of the same
+    bucket from the batch before (whose length is at least as long) without
+    padding more. So only those starts are tried, from the end.
     """
     buckets = [b for b in range(len(sizes) - 1, -1, -1) if leftover[b]]  # longest first
     counts = [int(leftover[b]) for b in buckets]
     firsts = np.cumsum([0] + counts[:-1]).tolist()  # the position of each bucket's first row
+    total = sum(counts)
+
+    def up(position: int) -> int:  # the first cut position at or after ``position``
+        return -(-position // unit) * unit
+
+    def bucket_at(position: int) -> int:  # the index (in ``buckets``) of the row at ``position``
+        return int(np.searchsorted(firsts, position, side="right")) - 1
 
     @functools.cache
     def best(end: int) -> tuple[int, int, tuple[int, ...]]:
         """``(batches, padded tokens, rows per batch)`` of the best cut of the first ``end`` rows."""
         if end == 0:
             return 0, 0, ()
+        starts = {up(first) for first in firsts} | {up(max(end - int(sizes[b]), 0)) for b in buckets}
         choices = []
-        for index, bucket in enumerate(buckets):
-            first, size = firsts[index], int(sizes[bucket])
-            if first >= end:
+        for start in sorted(starts):
+            if start >= end:
                 break
-            full = end - size  # a full batch ending at ``end`` whose first row is in this bucket
-            for start in (first, full) if first < full < first + counts[index] else (first,):
-                if 0 < end - start <= size:
-                    batches, padded, rows = best(start)
-                    choices.append(
-                        (batches + 1, padded + (end - start) * int(padded_lengths[bucket]), rows + (end - start,))
-                    )
+            bucket = buckets[bucket_at(start)]
+            if end - start <= int(sizes[bucket]):
+                batches, padded, rows = best(start)
+                choices.append(
+                    (batches + 1, padded + (up(end) - start) * int(padded_lengths[bucket]), rows + (end - start,))
+                )
         return min(choices)
 
-    return best(sum(counts))[2]
+    return best(total)[2]
 
 
 def make_buckets(max_length: int, tokens_per_batch: int, num_replicas: int = 1) -> Buckets:
@@ -198,9 +229,11 @@ def merge_partial_batches(buckets: Buckets, plan: EpochPlan, pad_to_bucket_bound
     that follow (one per bucket with leftovers) are gathered, their rows sorted
     longest first and cut into ``plan.merged_rows``. Each merged batch is padded
     to its longest row, or with ``pad_to_bucket_boundary`` to that row's bucket
-    length, and holds at most that bucket's batch size, so the budget holds.
+    length, and with all-padding rows to a multiple of ``buckets.merge_unit``
+    rows; it holds at most that bucket's batch size, so the budget holds.
     """
     full = plan.full_batches
+    unit = buckets.merge_unit
     ends = np.cumsum(plan.merged_rows, dtype=np.int64)
     bounds = np.stack([ends - np.asarray(plan.merged_rows, np.int64), ends], axis=1)  # [merged, 2]
 
@@ -219,7 +252,10 @@ def merge_partial_batches(buckets: Buckets, plan: EpochPlan, pad_to_bucket_bound
         spans = tf.cond(merged, lambda: tf.constant(bounds.reshape(-1, 2)), lambda: tf.stack([[0, n]]))  # [batches, 2]
 
         def take(span):
-            part = {key: value[span[0] : span[1]] for key, value in rows.items()}  # [batch, len]
+            missing = tf.cast(-(span[1] - span[0]) % unit, tf.int32)  # all-padding rows to a multiple of ``unit``
+            part = {
+                key: tf.pad(value[span[0] : span[1]], [[0, missing], [0, 0]]) for key, value in rows.items()
+            }  # [batch, len]
             if pad_to_bucket_boundary:  # both sides to the bucket of the longest row
                 longest = tf.reduce_max(longer_sorted[span[0] : span[1]])
                 width = -(-longest // LENGTH_MULTIPLE) * LENGTH_MULTIPLE

@@ -36,3 +36,18 @@ def test_epoch_plan_packs_no_short_rows_under_long_ones_without_saving_a_batch()
     assert (plan.full_batches, plan.partial_batches, plan.merged_rows) == (0, 3, (1, 2, 5))
     # Fewer batches come first: (24 16)(8 8) pads 64 where (24)(16)(8 8) would pad 56.
     assert buckets.epoch_plan([20, 12, 4, 4]).merged_rows == (2, 2)
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 4, 8])
+def test_merged_batches_are_cut_at_multiples_of_8_rows_for_every_replica_count(replicas):
+    """Keras ``fit`` and ``evaluate`` under ``MirroredStrategy`` average the replicas' parts of the first
+    batch element by element, so a first batch of 5 rows on 4 replicas (parts of 2, 1, 1, 1) fails; the
+    pipeline tops the last merged batch up to a multiple of 8 (test_pipelines)."""
+    buckets = make_buckets(max_length=64, tokens_per_batch=512, num_replicas=replicas)
+    assert buckets.batch_sizes[:3] == (64, 32, 16) and buckets.merge_unit == 8
+    plan = buckets.epoch_plan([20] * 5 + [5] * 25)  # every row is a leftover: 5 of length 24, 25 of length 8
+    # Two batches are the fewest (a batch led by a row of length 24 holds 16). (5)(25) would pad least,
+    # 320 tokens a side; cut at a multiple of 8, (8)(22 and 2 all-padding rows) pads 384 where (16)(14 + 2)
+    # pads 512: the same batches for 1, 2, 4 or 8 replicas.
+    assert plan.merged_rows == (8, 22)
+    assert all(rows % replicas == 0 for rows in plan.merged_rows[:-1])

@@ -101,6 +101,7 @@ def test_batches_keep_the_contract_and_the_budget(corpus_dir, tokenizer, pad_to_
     )
     seen = collections.Counter()
     shapes = set()
+    filler = 0  # all-padding rows
     for inputs, decoder_input, labels in collect(data.dataset):
         assert inputs.dtype == np.int32 and labels.dtype == np.int32
         assert decoder_input.shape == labels.shape
@@ -110,8 +111,9 @@ def test_batches_keep_the_contract_and_the_budget(corpus_dir, tokenizer, pad_to_
         shapes.add((inputs.shape, labels.shape))
         for src_row, dec_row, lab_row in zip(inputs, decoder_input, labels, strict=True):
             src_len, tgt_len = np.count_nonzero(src_row), np.count_nonzero(lab_row)
-            if src_len == 0:  # an all-padding row that fills the last batch of a bucket
-                assert pad_to_bucket_boundary and tgt_len == 0 and not dec_row.any()
+            if src_len == 0:  # an all-padding row that fills a bucket's last batch, or the last merged batch
+                assert tgt_len == 0 and not dec_row.any()
+                filler += 1
                 continue
             assert src_row[src_len - 1] == EOS_ID and not src_row[src_len:].any()
             assert lab_row[tgt_len - 1] == EOS_ID and not lab_row[tgt_len:].any()
@@ -121,6 +123,8 @@ def test_batches_keep_the_contract_and_the_budget(corpus_dir, tokenizer, pad_to_
     # Every pair exactly once, sides not swapped (sources are much shorter than targets here).
     assert seen == expected_lengths
     assert data.stats.kept == sum(expected_lengths.values())
+    if not pad_to_bucket_boundary:  # only the last merged batch is topped up, to a multiple of 8 rows
+        assert filler < data.buckets.merge_unit
     if pad_to_bucket_boundary:
         assert len(shapes) <= len(data.buckets.padded_lengths)
 
@@ -166,6 +170,7 @@ def test_tsv_source_gives_the_same_pairs(tmp_path, corpus_dir, tokenizer):
         (int(np.count_nonzero(s)), int(np.count_nonzero(lab)))
         for inputs, _, labels in collect(data.dataset)
         for s, lab in zip(inputs, labels, strict=True)
+        if lab.any()  # not an all-padding row
     )
     processor = tokenizer.python_processor()
     assert seen == collections.Counter(
@@ -344,6 +349,8 @@ def test_every_epoch_holds_each_pair_once_in_batches_per_epoch_batches(corpus_di
         assert collections.Counter(row for batch in epoch for row in _rows(batch)) == expected
         for features, labels in epoch:
             assert features["inputs"].shape.num_elements() <= 512 and labels.shape.num_elements() <= 512
+            # Every batch, the last merged one topped up with all-padding rows, splits evenly over 8 replicas.
+            assert data.buckets.merge_unit == 8 and labels.shape[0] % 8 == 0
     # Merging the buckets' leftovers saves batches against one partial batch per bucket.
     plan = data.buckets.epoch_plan([max(len(s), len(t)) // 4 for s, t in expected.elements()])  # int32: 4 bytes
     assert plan.partial_batches > len(plan.merged_rows)
