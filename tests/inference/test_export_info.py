@@ -59,6 +59,7 @@ def test_written_and_read_back(tmp_path):
 
 def test_an_export_without_the_file_records_nothing(tmp_path):
     assert read_export_info(str(tmp_path)) == ExportInfo() and ExportInfo().options is None
+    assert ExportInfo.from_dict({"signatures": ["serving_default"]}).options is None  # no setting is guessed
 
 
 def test_the_server_reads_exports_without_keras_or_the_model():

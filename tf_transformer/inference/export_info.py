@@ -45,7 +45,7 @@ class ExportInfo:
       alignment_layer: the decoder layer ``translate_with_alignment`` aligns with (``None``: no such signature).
       source_vocab_size: source token ids must be below this.
       dtype: the graph's weights and compute dtype policy.
-      options: the decoding settings; ``None`` for exports written before the file existed.
+      options: the decoding settings; ``None`` where the export records none (written before the file existed).
     """
 
     signatures: tuple[str, ...] = ()
@@ -67,10 +67,11 @@ class ExportInfo:
         """The info of the JSON object ``values``, written by this version or an earlier one."""
         values = {RENAMED_KEYS.get(key, key): value for key, value in values.items()}
         own = {field.name for field in dataclasses.fields(cls)} - {"options"}
+        options = {key: value for key, value in values.items() if key in _OPTIONS}
         return cls(
             **{key: value for key, value in values.items() if key in own and key != "signatures"},
             signatures=tuple(values.get("signatures", ())),
-            options=DecodeOptions(**{key: value for key, value in values.items() if key in _OPTIONS}),
+            options=DecodeOptions(**options) if options else None,
         )
 
 
