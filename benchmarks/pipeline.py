@@ -1,6 +1,6 @@
 """Input pipeline benchmark (not a test): padding, shapes, budget and throughput.
 
-    python -m benchmarks.pipeline --data ../shared/data/multi30k --src en --tgt de --tokens 25000
+    python -m benchmarks.pipeline --data ../shared/data/multi30k --src en --tgt de --tokens_per_batch 25000
 
 Trains a shared SentencePiece vocabulary on the training split, builds the
 token-budget pipeline from text (tokenizing and writing the cache), then reads it
@@ -25,7 +25,8 @@ flags.DEFINE_string("data", None, "Corpus directory holding {split}.{src} and {s
 flags.DEFINE_string("src", "en", "Source language code.")
 flags.DEFINE_string("tgt", "de", "Target language code.")
 flags.DEFINE_string("split", "train", "Split to read.")
-flags.DEFINE_integer("tokens", 25_000, "Global token budget per side.")
+flags.DEFINE_integer("tokens_per_batch", 25_000, "Global token budget per side.")
+flags.DEFINE_alias("tokens", "tokens_per_batch")  # the name of earlier versions
 flags.DEFINE_integer("vocab_size", 8000, "Shared SentencePiece vocabulary size.")
 flags.DEFINE_integer("max_train_length", 256, "Length filter: pairs with a longer side (subwords) are dropped.")
 flags.DEFINE_integer("epochs", 3, "Epochs read from the cache (the best is reported).")
@@ -69,7 +70,9 @@ def main(argv):
         vocab_seconds = time.perf_counter() - start
         tokenizer = Tokenizer(model)
         cache = os.path.join(work, "cache")
-        common = dict(tokens_per_batch=FLAGS.tokens, max_train_length=FLAGS.max_train_length, cache_dir=cache, seed=0)
+        common = dict(
+            tokens_per_batch=FLAGS.tokens_per_batch, max_train_length=FLAGS.max_train_length, cache_dir=cache, seed=0
+        )
 
         start = time.perf_counter()
         first = training_dataset(corpus, tokenizer, **common)  # tokenizes and writes the cache
@@ -85,7 +88,7 @@ def main(argv):
         "data": os.path.normpath(FLAGS.data),
         "src": FLAGS.src,
         "tgt": FLAGS.tgt,
-        "tokens": FLAGS.tokens,
+        "tokens_per_batch": FLAGS.tokens_per_batch,
         "vocab_size": tokenizer.vocab_size,
         "pairs_kept": first.stats.kept,
         "pairs_dropped": first.stats.empty + first.stats.too_long,

@@ -100,7 +100,7 @@ def main(argv):
             if last == 1
             else average_checkpoints(model_dir, last=last, output=os.path.join(model_dir, f"averaged_{last}"))
         )
-        nbests = translate_with_checkpoint(model_dir, dev_src, 64, None, None, 1, checkpoint=checkpoint)
+        nbests = translate_with_checkpoint(model_dir, dev_src, 64, checkpoint=checkpoint)
         hypotheses = [nbest[0][0] for nbest in nbests]
         dev_scores[last] = (score(hypotheses, dev_ref), checkpoint)
         print(f"dev ({FLAGS.dev}) with the last {last} checkpoint(s) averaged: {dev_scores[last][0]}", flush=True)

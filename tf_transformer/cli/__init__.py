@@ -97,13 +97,13 @@ def define_thread_flags() -> None:
         "intra_op_threads",
         0,
         "Threads one TensorFlow op may split its work across (0: TensorFlow's default, all cores). "
-        "1 for an export with --streams (tft-export).",
+        "1 for an export with --batch_parts (tft-export).",
         lower_bound=0,
     )
     flags.DEFINE_integer(
         "inter_op_threads",
         0,
-        "TensorFlow ops run side by side (0: TensorFlow's default). For an export with --streams N, N.",
+        "TensorFlow ops run side by side (0: TensorFlow's default). For an export with --batch_parts N, N.",
         lower_bound=0,
     )
 
@@ -112,7 +112,7 @@ def apply_thread_flags(workers: int = 1) -> None:
     """Sets TensorFlow's thread pools from the flags; call before TensorFlow runs its first op.
 
     ``workers``: searches running at once (batches decoded side by side, times
-    each batch's streams). Above 1, with ``--intra_op_threads`` left at 0,
+    each batch's parts). Above 1, with ``--intra_op_threads`` left at 0,
     TensorFlow's intra-op pool (one for the process) gets ``cores / workers``
     threads, at least one: with one, every op runs whole on the thread of the
     search that runs it, instead of each op being split across all cores.
