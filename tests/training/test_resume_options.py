@@ -27,10 +27,10 @@ def test_resume_refuses_changed_options_naming_old_and_new_values(first_run, cor
     with pytest.raises(ResumeError) as error:
         train(get_config("tiny"), changed, str(first_run))
     message = str(error.value)
-    assert "--tokens 512 → 1024" in message
+    assert "--tokens_per_batch 512 → 1024" in message
     assert "--seed 1 → 2" in message
     assert "--accumulate_steps 1 → 2" in message
-    assert "--max_length" not in message and "--init_from" in message
+    assert "--max_train_length" not in message and "--init_from" in message
     assert (first_run / "config.json").read_text() == before  # the evidence is kept
 
 
