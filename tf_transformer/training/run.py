@@ -276,6 +276,17 @@ def finish(prepared: PreparedRun, seconds: float, history: dict, stopped_by: str
     return summary
 
 
+def _batching(config: TransformerConfig, options: RunOptions, replicas: int, model_dir: str) -> dict:
+    """How training and validation data are batched alike: budget, length filter, replicas, shapes, cache."""
+    return dict(
+        tokens_per_batch=options.tokens_per_batch or config.tokens_per_batch,
+        max_train_length=options.max_train_length or config.max_train_length,
+        num_replicas=replicas,
+        pad_to_bucket_boundary=bool(options.jit_compile),
+        cache_dir=run_dir.data_cache_dir(model_dir),
+    )
+
+
 def training_data(
     corpus, tokenizer, config: TransformerConfig, options: RunOptions, replicas: int, model_dir: str
 ) -> pipelines.TrainingData:
@@ -283,14 +294,10 @@ def training_data(
     return pipelines.training_dataset(
         corpus,
         tokenizer,
-        tokens_per_batch=options.tokens_per_batch or config.tokens_per_batch,
-        max_train_length=options.max_train_length or config.max_train_length,
-        num_replicas=replicas,
-        pad_to_bucket_boundary=bool(options.jit_compile),
         seed=options.seed,
         deterministic=True,
         repeat=True,
-        cache_dir=run_dir.data_cache_dir(model_dir),
+        **_batching(config, options, replicas, model_dir),
     )
 
 
@@ -300,15 +307,7 @@ def dev_data(tokenizer, config: TransformerConfig, options: RunOptions, replicas
         return None, [], []
     dev = pipelines.find_split(options.data, options.dev_split, options.src, options.tgt)
     validation = pipelines.training_dataset(
-        dev,
-        tokenizer,
-        tokens_per_batch=options.tokens_per_batch or config.tokens_per_batch,
-        max_train_length=options.max_train_length or config.max_train_length,
-        num_replicas=replicas,
-        pad_to_bucket_boundary=bool(options.jit_compile),
-        shuffle=False,
-        cache_dir=run_dir.data_cache_dir(model_dir),
-        name=options.dev_split,
+        dev, tokenizer, shuffle=False, name=options.dev_split, **_batching(config, options, replicas, model_dir)
     ).dataset
     pairs = list(dev.pairs())[: options.dev_bleu_sentences]
     return validation, [p[0] for p in pairs], [p[1] for p in pairs]
