@@ -71,12 +71,14 @@ def test_replicas_and_micro_batches_make_the_update_of_the_whole_batch(initial_w
     accumulated, _, accumulated_updates = trained(
         initial_weights, tf.distribute.OneDeviceStrategy("/cpu:0"), accumulate=2
     )
-    assert updates == accumulated_updates == len(BATCHES)
+    both, _, both_updates = trained(initial_weights, mirrored, accumulate=2)  # Keras's own accumulation fails here
+    assert updates == accumulated_updates == both_updates == len(BATCHES)
     moved = max(float(np.abs(a - b).max()) for a, b in zip(one, initial_weights, strict=True))
     assert moved > 1e-3  # the updates are large enough for a different mean to show
-    for a, b, c in zip(one, replicas, accumulated, strict=True):
+    for a, b, c, d in zip(one, replicas, accumulated, both, strict=True):
         np.testing.assert_allclose(b, a, atol=2e-6, rtol=1e-5)
         np.testing.assert_allclose(c, a, atol=2e-6, rtol=1e-5)
+        np.testing.assert_allclose(d, a, atol=2e-6, rtol=1e-5)
     # The loss Keras reports is the batch's token mean in both layouts (not the replica count times it).
     assert replicas_loss == pytest.approx(one_loss, rel=1e-5)
 

@@ -151,3 +151,32 @@ def test_skipped_mixed_float16_steps_count_as_data_taken(tmp_path, corpus_dir, m
     train(config, options(6), str(run))
     monkeypatch.setattr(sys.modules[__name__], "STEPS", 6)
     _assert_identical(run, reference)
+
+
+@pytest.mark.slow
+def test_mirrored_accumulation_killed_after_a_mid_update_epoch_checkpoint_resumes_exactly(tmp_path, train_corpus_dir):
+    """2 logical devices, ``--accumulate_steps 2``, epochs of 5 micro-batches: the epoch's checkpoint falls
+    between the two micro-batches of an update, where every replica's accumulator must be in it. Killed
+    after that checkpoint, the rerun ends with every tensor of the uninterrupted run's."""
+    steps = 12  # 24 micro-batches; epoch ends at micro-batches 5, 10, 15, 20 → ckpt-2, 5, 7, 10
+
+    def command(model_dir):
+        train = _command(train_corpus_dir, model_dir, "float32", 2)
+        train = [arg for arg in train[1:] if not arg.startswith(("--train_steps", "--checkpoint_every"))]
+        flags = [f"--train_steps={steps}", "--checkpoint_every=1000", "--steps_per_epoch=5", "--strategy=mirrored"]
+        return [sys.executable, "-m", "benchmarks.logical_devices", "2", *train, *flags]
+
+    reference = tmp_path / "reference"
+    _run(command(reference))
+    run = tmp_path / "run"
+    code, _, _ = _interrupt(command(run), run, after_step=7, delay=0.3)
+    assert code == -signal.SIGKILL
+    assert _latest_step(run) == 7, "the kill did not land after the mid-update checkpoint ckpt-7"
+    reader = tf.train.load_checkpoint(str(run / "checkpoints" / "ckpt-7"))
+    assert int(reader.get_tensor("data_position/.ATTRIBUTES/VARIABLE_VALUE")) == 15  # mid-update: 7 × 2 + 1
+    resumed = _run(command(run))
+    assert "Resumed from" in resumed.stderr and "ckpt-7" in resumed.stderr
+    got, expected = _tensors(run, steps), _tensors(reference, steps)
+    assert sorted(got) == sorted(expected)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)

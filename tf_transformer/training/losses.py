@@ -89,9 +89,8 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     * training batches carry ``sample_weight``, one weight per row equal to
       ``1 / T`` for the ``T`` target tokens of the whole update, and the loss is
       ``Σ weight × token loss`` times ``accumulate_steps``, as Keras averages the
-      gradients it accumulates. Replicas' gradients are summed (Keras's
-      optimizer under ``tf.distribute``), so any cut gives the update of the
-      whole batch;
+      gradients it accumulates. Replicas' gradients are summed (the global
+      update, :mod:`.update`), so any cut gives the update of the whole batch;
     * without weights (validation), the token sum is divided by the token count
       summed over the replicas in sync.
 
@@ -101,7 +100,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     Args:
       label_smoothing: ε_ls.
       pad_id: label id that is ignored.
-      accumulate_steps: micro-batches per update whose gradients Keras averages.
+      accumulate_steps: micro-batches per update whose gradients the update averages.
     """
 
     def __init__(

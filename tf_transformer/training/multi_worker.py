@@ -146,8 +146,10 @@ def _train_step(model: keras.Model, strategy: tf.distribute.Strategy, jit_compil
         with tf.GradientTape() as tape:
             logits = model(features, training=True)
             loss = model.loss(labels, logits, weights)
-        gradients = tape.gradient(loss, model.trainable_variables)
-        model.optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))  # summed
+            scaled = model.optimizer.scale_loss(loss)  # mixed_float16's loss scale, else the loss
+        gradients = tape.gradient(scaled, model.trainable_variables)
+        # The global update (training/update.py): summed over every replica, accumulated, one verdict.
+        model.optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
         tokens = tf.reduce_sum(tf.cast(tf.not_equal(labels, 0), tf.float32))
         rows = tf.cast(tf.shape(labels)[0], tf.float32)
         return tf.stack([loss, tokens, rows]), wanted / local

@@ -5,9 +5,11 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from tf_transformer.training.update import GlobalUpdate
+
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class FusedAdam(keras.optimizers.Adam):
+class FusedAdam(GlobalUpdate, keras.optimizers.Adam):
     """``keras.optimizers.Adam`` whose update runs as one ``ResourceApplyAdam`` kernel per variable.
 
     The same update as Keras's Adam (and Kingma & Ba's, as used in section 5.3):
@@ -19,6 +21,8 @@ class FusedAdam(keras.optimizers.Adam):
 
     Falls back to Keras's update for AMSGrad and for other Keras backends. Takes the same
     arguments as ``keras.optimizers.Adam``, and its slots and checkpoints are Keras's own.
+    ``apply`` makes one update per global batch (replicas and accumulated micro-batches
+    summed first: :mod:`.update`).
     """
 
     def update_step(self, gradient, variable, learning_rate):

@@ -6,6 +6,7 @@ from configs import TransformerConfig
 from tf_transformer.training.losses import LabelSmoothedCrossEntropy
 from tf_transformer.training.metrics import TargetTokens, TokenAccuracy, TokenPerplexity
 from tf_transformer.training.schedules import paper_optimizer
+from tf_transformer.training.update import GlobalLossScaleOptimizer
 
 
 def compile_model(model, config: TransformerConfig, accumulate_steps: int = 1, jit_compile: bool = False):
@@ -13,9 +14,14 @@ def compile_model(model, config: TransformerConfig, accumulate_steps: int = 1, j
 
     ``accumulate_steps`` micro-batches make one update; the metrics beside the
     loss are token accuracy, per-subword perplexity and the target tokens counted.
+    Under ``mixed_float16`` the loss is scaled, with one overflow verdict per
+    update for every replica (:mod:`.update`).
     """
+    optimizer = paper_optimizer(config.d_model, config.warmup_steps, config.learning_rate_scale, accumulate_steps)
+    if model.dtype_policy.name == "mixed_float16":
+        optimizer = GlobalLossScaleOptimizer(optimizer, name="loss_scale_optimizer")
     model.compile(
-        optimizer=paper_optimizer(config.d_model, config.warmup_steps, config.learning_rate_scale, accumulate_steps),
+        optimizer=optimizer,
         loss=LabelSmoothedCrossEntropy(config.label_smoothing, accumulate_steps=accumulate_steps),
         metrics=[TokenAccuracy(), TokenPerplexity(), TargetTokens()],
         jit_compile=jit_compile,
