@@ -135,3 +135,36 @@ def test_training_writes_and_resumes_a_run_through_tf_io_gfile(corpus_dir, tmp_p
     }, names
     assert list((tmp_path / "cache").iterdir())  # the data cache on this machine's disk
     restore_model(model_dir)
+
+
+def test_a_checkpoint_is_flushed_before_the_state_file_lists_it(tmp_path, monkeypatch):
+    """TensorFlow renames the ``checkpoint`` state file into place unflushed, and may list a checkpoint whose
+    data the disk has not written yet: a power cut then leaves a newest checkpoint that cannot be read."""
+    from tf_transformer.run_dir import save_checkpoint
+
+    directory = tmp_path / "checkpoints"
+    state = directory / "checkpoint"
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(1.0)), str(directory), max_to_keep=2)
+    save_checkpoint(manager, 1)
+    calls = []
+    real = os.fsync
+
+    def fsync(fd):
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        content = pathlib.Path(path).read_bytes() if os.path.isfile(path) else None
+        calls.append((path, content, state.read_bytes()))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    save_checkpoint(manager, 2)
+    final = state.read_bytes()
+    assert b"ckpt-2" in final
+    for name in ("ckpt-2.index", "ckpt-2.data-00000-of-00001"):
+        flushed = [listed for path, _, listed in calls if path == str(directory / name)]
+        assert flushed and b"ckpt-2" not in flushed[0], f"{name} was not flushed before it was listed: {calls}"
+    staged = [path for path, content, listed in calls if content == final and path != str(state) and listed != final]
+    assert staged, f"the state file was not flushed before it was renamed into place: {calls}"
+    assert [listed for path, _, listed in calls if path == str(directory) and listed == final], calls
+    assert sorted(p.name for p in directory.iterdir()) == sorted(
+        ["checkpoint", *(f"ckpt-{n}.{part}" for n in (1, 2) for part in ("index", "data-00000-of-00001"))]
+    )

@@ -13,17 +13,33 @@ only the tokenized-data cache stays on a local disk (:func:`data_cache_dir`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
+import shutil
 import tempfile
 
 import tensorflow as tf
 from absl import logging
+from google.protobuf import text_format
+from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState  # the ``checkpoint`` file's proto
 
 import pipelines
 from configs import TransformerConfig
 from configs.run import renamed_options
-from tf_transformer.files import WriteError, copy_file, first_line, reason, save_json
+from tf_transformer.files import (
+    ReadError,
+    WriteError,
+    copy_file,
+    first_line,
+    is_local,
+    reason,
+    remove_leftovers,
+    save_json,
+    sync_path,
+    write_bytes,
+)
 from tf_transformer.model import build_transformer
 
 
@@ -51,27 +67,39 @@ CONFIG_FILE = "config.json"
 VOCABULARY_FILE = "sp.model"
 CHECKPOINTS = "checkpoints"
 AVERAGED = "averaged"
+STATE_FILE = "checkpoint"  # TensorFlow's CheckpointManager state: the checkpoints kept, oldest first
+_NUMBERED = re.compile(r"^ckpt-(\d+)\.index$")
 
 
 def save_checkpoint(manager: tf.train.CheckpointManager, step: int) -> str:
-    """``manager.save`` as checkpoint ``step``; on failure, no part of it is left and a :class:`WriteError` says
-    which checkpoint is still the newest.
+    """``manager.save`` as checkpoint ``step``, durably; on failure, no part of it is left and a
+    :class:`WriteError` says which checkpoint is still the newest.
 
     TensorFlow writes a checkpoint's data and index, then lists it in the
-    ``checkpoint`` file; a failed write leaves a ``ckpt-N_temp`` directory or
+    ``checkpoint`` state file; a failed write leaves a ``ckpt-N_temp`` directory or
     unlisted ``ckpt-N.*`` files, which a later save of the same number would
     have to overwrite. Older checkpoints are deleted only after a save succeeds.
+    On a local disk the checkpoint's files are flushed (``fsync``) before the
+    state file lists them, and the state file before it is renamed into place
+    (TensorFlow flushes neither): after a power cut the newest checkpoint listed
+    is one the disk holds whole.
     """
+    local = is_local(manager.directory)
+    if local:
+        _record_state_durably(manager)
+    options = tf.train.CheckpointOptions(experimental_write_callbacks=[_flush_checkpoint] if local else None)
     try:
-        return manager.save(checkpoint_number=step)
+        return manager.save(checkpoint_number=step, options=options)
     except (tf.errors.OpError, OSError) as error:
         prefix = os.path.join(manager.directory, f"ckpt-{step}")
-        if prefix not in manager.checkpoints:
+        listed = checkpoints(manager.directory)  # what the state file on disk says, whatever the manager thinks
+        if prefix not in listed:
             for path in tf.io.gfile.glob(prefix + ".*"):
                 tf.io.gfile.remove(path)
+            _forget(manager, prefix, listed)
         if tf.io.gfile.exists(prefix + "_temp"):
             tf.io.gfile.rmtree(prefix + "_temp")
-        latest = manager.latest_checkpoint
+        latest = listed[-1] if listed else None
         raise WriteError(
             f"Could not write checkpoint {prefix} ({reason(error)}); is the disk full? "
             + (
@@ -82,9 +110,181 @@ def save_checkpoint(manager: tf.train.CheckpointManager, step: int) -> str:
         ) from None
 
 
-def save_run(model_dir: str, config: TransformerConfig, options: dict) -> None:
-    """Writes ``config.json``: the model config and the run options (a dict)."""
-    save_json(os.path.join(model_dir, CONFIG_FILE), {"model": config.to_dict(), "run": options})
+def _flush_checkpoint(prefix: str) -> None:
+    """Flushes the files of the checkpoint ``prefix`` and their directory (a write callback of TensorFlow's,
+    run after the checkpoint is written and before the manager lists it)."""
+    for path in tf.io.gfile.glob(prefix + ".*"):
+        sync_path(path)
+    sync_path(os.path.dirname(os.path.abspath(prefix)))
+
+
+def _record_state_durably(manager: tf.train.CheckpointManager) -> None:
+    """Makes ``manager`` write its state file through :func:`write_state` (flushed, then renamed).
+
+    TensorFlow's ``CheckpointManager`` records its state in one private method;
+    where a TensorFlow version has no such method, its own (unflushed) write stays.
+    """
+    needed = ("_record_state", "_maybe_delete", "_last_preserved_timestamp")
+    if getattr(manager, "_durable_state", False) or not all(hasattr(manager, name) for name in needed):
+        return
+
+    def record_state():
+        paths, timestamps = zip(*manager._maybe_delete.items(), strict=True)
+        write_state(manager.directory, list(paths), list(timestamps), manager._last_preserved_timestamp)
+
+    manager._record_state = record_state
+    manager._durable_state = True
+
+
+def _forget(manager: tf.train.CheckpointManager, prefix: str, listed: list[str]) -> None:
+    """After a failed save: ``manager`` no longer counts ``prefix`` (it may have, if only the state failed)."""
+    if prefix in getattr(manager, "_maybe_delete", {}):
+        del manager._maybe_delete[prefix]
+        manager._latest_checkpoint = listed[-1] if listed else None
+
+
+def write_state(directory: str, paths: list[str], timestamps: list[float], last_preserved: float) -> None:
+    """Writes ``directory``'s state file listing the checkpoints ``paths`` (oldest first), as TensorFlow does,
+    durably (:func:`tf_transformer.files.write_bytes`)."""
+    names = [os.path.basename(path) for path in paths]  # relative: the directory may move
+    state = tf.compat.v1.train.generate_checkpoint_state_proto(
+        directory,
+        names[-1],
+        all_model_checkpoint_paths=names,
+        all_model_checkpoint_timestamps=timestamps,
+        last_preserved_timestamp=last_preserved,
+    )
+    write_bytes(os.path.join(directory, STATE_FILE), text_format.MessageToString(state).encode())
+
+
+def checkpoints(directory: str, repair: bool = False) -> list[str]:
+    """The checkpoints of ``directory``, oldest first, as its ``checkpoint`` state file lists them.
+
+    TensorFlow (``tf.train.get_checkpoint_state``, ``CheckpointManager``) takes a
+    state file it cannot parse, or cannot read, for no checkpoint at all: a run
+    would start again at step 0, rewrite config.json and write over the
+    checkpoints of the same numbers. Here a garbled or missing state file gives
+    the ``ckpt-N`` checkpoints on disk instead, with a warning (the newest
+    readable of them is restored: :func:`restore_newest_readable`); an error
+    reading the file (permissions, storage briefly unavailable) is a
+    :class:`ReadError`, never "no checkpoint".
+
+    ``repair``: for the process that writes the checkpoints, before its
+    ``CheckpointManager`` reads the state file: such a state file is rewritten
+    from the checkpoints on disk, and what a killed save left (TensorFlow's
+    ``ckpt-N_temp`` directories and state files being written) is removed.
+    """
+    path = os.path.join(directory, STATE_FILE)
+    try:
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            data = handle.read()
+    except tf.errors.NotFoundError:
+        data = None
+    except (tf.errors.OpError, OSError) as error:
+        raise ReadError(
+            f"Could not read {path} ({reason(error)}), the list of this run's checkpoints; not taken for "
+            "'no checkpoint' (the run would start again at step 0 and write over them): retry once it can be read"
+        ) from None
+    if repair:
+        _remove_leftovers(directory)
+    listed = _parse_state(data, directory) if data is not None else None
+    if listed is not None:
+        return listed
+    on_disk = _on_disk(directory)
+    if on_disk:
+        logging.warning(
+            "%s %s: using the checkpoints on disk instead (%s)",
+            path,
+            "is missing" if data is None else "is garbled",
+            ", ".join(os.path.basename(p) for p in on_disk),
+        )
+        if repair and is_local(directory):
+            times = [os.path.getmtime(p + ".index") for p in on_disk]
+            write_state(directory, on_disk, times, min(times) - 1)
+    return on_disk
+
+
+def _parse_state(data: bytes, directory: str) -> list[str] | None:
+    """The checkpoint paths a state file lists, oldest first; ``None`` when it is garbled."""
+    state = CheckpointState()
+    try:
+        text_format.Merge(data.decode("utf-8"), state)
+    except (UnicodeDecodeError, text_format.ParseError):
+        return None
+    if not state.model_checkpoint_path:
+        return None
+    paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
+    return [path if os.path.isabs(path) or "://" in path else os.path.join(directory, path) for path in paths]
+
+
+def _on_disk(directory: str) -> list[str]:
+    """The ``ckpt-N`` checkpoints in ``directory`` that have an index (written last), by number."""
+    if not tf.io.gfile.isdir(directory):
+        return []
+    numbers = sorted(int(m[1]) for m in map(_NUMBERED.match, tf.io.gfile.listdir(directory)) if m)
+    return [os.path.join(directory, f"ckpt-{n}") for n in numbers]
+
+
+def _remove_leftovers(directory: str) -> None:
+    """Removes what a killed save left in a checkpoint directory only its writer writes to."""
+    if not is_local(directory) or not os.path.isdir(directory):
+        return
+    remove_leftovers(directory)
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if re.match(r"^ckpt-\d+_temp$", name) and os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif name.startswith(f"{STATE_FILE}.tmp"):  # TensorFlow's own state writes (older runs)
+            os.remove(path)
+
+
+def save_run(model_dir: str, config: TransformerConfig, options: dict, corpus=None) -> None:
+    """Writes ``config.json``: the model config, the run options (a dict) and :func:`fingerprints`."""
+    save_json(
+        os.path.join(model_dir, CONFIG_FILE),
+        {"model": config.to_dict(), "run": options, "fingerprints": fingerprints(model_dir, corpus)},
+    )
+
+
+def fingerprints(model_dir: str, corpus: pipelines.ParallelText | None = None) -> dict:
+    """What a run trains on, by content: the SHA-256 of each file of ``corpus`` (by name) and of ``sp.model``.
+
+    Hashes of the bytes, not sizes and modification times: a corpus copied to
+    another disk or machine (or touched) is the same corpus, and one edited in
+    place is not, whatever its times say. Reading is cheap next to training
+    (SHA-256 runs at about a gigabyte a second: a second or two for WMT14), and
+    a file unchanged since it was last hashed in this process is not read again.
+    """
+    values = {}
+    if corpus is not None:
+        values["corpus"] = {os.path.basename(path): _sha256(path) for path in corpus.paths}
+    vocabulary = vocabulary_path(model_dir)
+    if tf.io.gfile.exists(vocabulary):
+        values["vocabulary"] = _sha256(vocabulary)
+    return values
+
+
+_HASHES: dict = {}
+
+
+def _sha256(path: str) -> str:
+    key = path
+    if is_local(path):  # the ctime changes with every write, even one that sets the mtime back
+        stat = os.stat(path)
+        key = (os.path.realpath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if key not in _HASHES or not is_local(path):
+        digest = hashlib.sha256()
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            while chunk := handle.read(1 << 24):
+                digest.update(chunk)
+        _HASHES[key] = digest.hexdigest()
+    return _HASHES[key]
+
+
+def stored_fingerprints(model_dir: str) -> dict:
+    """The :func:`fingerprints` ``config.json`` records (none for runs of earlier versions)."""
+    with tf.io.gfile.GFile(os.path.join(model_dir, CONFIG_FILE)) as handle:
+        return json.loads(handle.read()).get("fingerprints", {})
 
 
 def load_run(model_dir: str) -> tuple[TransformerConfig, dict]:
@@ -105,11 +305,6 @@ def vocabulary_path(model_dir: str) -> str:
 
 def checkpoint_dir(model_dir: str) -> str:
     return os.path.join(model_dir, CHECKPOINTS)
-
-
-def is_local(path: str) -> bool:
-    """Whether ``path`` is a local or mounted path, not one of TensorFlow's filesystems (``gs://``, ``ram://``)."""
-    return "://" not in path
 
 
 def data_cache_dir(model_dir: str) -> str:
@@ -150,7 +345,8 @@ def default_checkpoint(model_dir: str) -> str:
     ``averaged/SOURCES``. Once training has gone on, that average holds older
     weights than the newest checkpoint: it is then passed over with a warning.
     """
-    latest = tf.train.latest_checkpoint(checkpoint_dir(model_dir))
+    listed = checkpoints(checkpoint_dir(model_dir))
+    latest = listed[-1] if listed else None
     averaged = os.path.join(model_dir, AVERAGED, "ckpt")
     if tf.io.gfile.exists(averaged + ".index"):
         sources = os.path.join(model_dir, AVERAGED, "SOURCES")

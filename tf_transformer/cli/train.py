@@ -108,7 +108,7 @@ def main(argv):
         raise app.UsageError(f"--data {FLAGS.data!r}: no such directory or file prefix")
     from configs import get_config
     from pipelines import DataError
-    from tf_transformer.files import WriteError
+    from tf_transformer.files import ReadError, WriteError
     from tf_transformer.training.cluster import ClusterError
     from tf_transformer.training.options import OptionError
     from tf_transformer.training.resume import ResumeError
@@ -151,6 +151,8 @@ def main(argv):
     except ClusterError as error:  # a worker lost, or a model_dir the workers do not share
         sys.exit(f"tft-train: {error}")
     except WriteError as error:  # a full disk: nothing half-written is left, the message says what is intact
+        sys.exit(f"tft-train: {error}")
+    except ReadError as error:  # storage that did not answer: nothing was changed, the message says what to do
         sys.exit(f"tft-train: {error}")
     print(json.dumps({k: v for k, v in summary.items() if k != "history"}))
     if summary.get("stopped_by"):  # preempted, with a checkpoint: the status of the signal, as if it had killed

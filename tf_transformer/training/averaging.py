@@ -9,14 +9,13 @@ import numpy as np
 import tensorflow as tf
 
 from tf_transformer.files import replace_directory, staging_directory, write_failed
-from tf_transformer.run_dir import checkpoint_dir, load_weights, restore_model
+from tf_transformer.run_dir import checkpoint_dir, checkpoints, load_weights, restore_model
 
 
 def last_checkpoints(model_dir: str, last: int) -> list[str]:
     """The newest ``last`` checkpoints of ``model_dir``, oldest first."""
     directory = checkpoint_dir(model_dir)
-    state = tf.train.get_checkpoint_state(directory)
-    paths = list(state.all_model_checkpoint_paths) if state else []
+    paths = checkpoints(directory)  # a garbled state file: the checkpoints on disk
     if not paths:
         raise FileNotFoundError(f"No checkpoints in {directory}")
     if last > len(paths):

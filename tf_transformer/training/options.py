@@ -29,10 +29,16 @@ class OptionError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Resolved:
-    """The options a run trains with, and why ``precision`` is what it is (for config.json and the log)."""
+    """The options a run trains with, and why ``precision`` is what it is (for config.json and the log).
+
+    ``defaulted``: the options the machine decided (``precision`` given as
+    ``auto``, ``jit_compile`` not given); a resumed run keeps its own instead
+    (:func:`tf_transformer.training.resume.keep_run_defaults`).
+    """
 
     options: RunOptions
     precision_reason: str
+    defaulted: tuple[str, ...] = ()
 
 
 def choose_precision(strategy_name: str = "auto") -> tuple[str, str]:
@@ -75,7 +81,10 @@ def resolve(options: RunOptions, strategy: tf.distribute.Strategy) -> Resolved:
     jit_compile = default_jit_compile() if options.jit_compile is None else options.jit_compile
     resolved = dataclasses.replace(options, precision=precision, jit_compile=jit_compile)
     check(resolved, strategy)
-    return Resolved(resolved, reason)
+    defaulted = (("precision",) if options.precision == "auto" else ()) + (
+        ("jit_compile",) if options.jit_compile is None else ()
+    )
+    return Resolved(resolved, reason, defaulted)
 
 
 def check(options: RunOptions, strategy: tf.distribute.Strategy) -> None:
@@ -104,8 +113,9 @@ def check(options: RunOptions, strategy: tf.distribute.Strategy) -> None:
 
 
 # Run options that decide which batch comes at which step, or the learning rate of a step: a resumed
-# run must keep them. (``train_steps``, ``epochs``, the checkpoint and logging cadence, the precision
-# and the dev split may change.)
+# run must keep them. ``jit_compile`` pads batches to bucket boundaries. (``train_steps``, ``epochs``,
+# the checkpoint and logging cadence and the dev split may change; the precision may change where the
+# checkpoint keeps its shape: :func:`loss_scaled`.)
 STREAM_OPTIONS = (
     "data",
     "src",
@@ -119,7 +129,15 @@ STREAM_OPTIONS = (
     "vocab_size",
     "vocab_model_type",
     "init_from",
+    "jit_compile",
 )
+
+
+def loss_scaled(precision: str | None) -> bool:
+    """Whether training in ``precision`` wraps the optimizer in Keras's ``LossScaleOptimizer``
+    (``mixed_float16``), whose checkpoint holds other objects than the plain optimizer's: a run cannot
+    move between such a precision and one without (``float32`` and ``mixed_bfloat16`` share one)."""
+    return precision == "mixed_float16"
 
 
 def effective(config: TransformerConfig, run: dict) -> dict:

@@ -10,23 +10,36 @@ Keras draws those from each ``Dropout`` layer's seed generator, whose state is
 a variable of the layer but not one of its weights: without it in the
 checkpoint, a resumed run draws the masks of step 0 again.
 
-The same module checks that a resumed run keeps the options that decide its
-batches and schedule, and starts new runs from another run's weights
-(``--init_from``).
+The same module checks that a resumed run keeps the options and inputs that
+decide its batches, its schedule and the shape of its checkpoint, keeps its
+own precision where ``--precision auto`` would pick another on this machine,
+and starts new runs from another run's weights (``--init_from``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import keras
 import tensorflow as tf
 from absl import logging
 
+import pipelines
 from configs import TransformerConfig
 from tf_transformer import run_dir
 from tf_transformer.files import copy_file
-from tf_transformer.training.options import STREAM_OPTIONS, config_differences, differences, effective
+from tf_transformer.training.options import (
+    STREAM_OPTIONS,
+    OptionError,
+    Resolved,
+    check,
+    config_differences,
+    differences,
+    effective,
+    loss_scaled,
+)
+from tf_transformer.training.strategy import set_precision
 
 SEEDS = "dropout_seeds"
 POSITION = "data_position"
@@ -57,27 +70,120 @@ class ResumeError(ValueError):
     """A run directory cannot be resumed (or started from) as asked; the message says why and what to do."""
 
 
-def check_unchanged(model_dir: str, config: TransformerConfig, run: dict) -> None:
-    """Refuses to resume ``model_dir`` with options that would change its data stream or schedule.
+def check_unchanged(
+    model_dir: str, config: TransformerConfig, run: dict, corpus: pipelines.ParallelText | None = None
+) -> None:
+    """Refuses to resume ``model_dir`` with options or inputs that would change its data stream, its schedule
+    or the shape of its checkpoint; called before anything of the run is written.
 
-    Every changed option is named with its old and new value. Options the stored
-    run does not record (older runs) are not compared.
+    Compared: :data:`STREAM_OPTIONS` (a ``jit_compile`` an older version did not
+    resolve is not), the precision where it changes the optimizer's checkpoint
+    (:func:`~tf_transformer.training.options.loss_scaled`), and by content
+    (:func:`run_dir.fingerprints`) the files of ``corpus`` and ``sp.model``.
+    Every change is named with its old and new value and the flag that sets
+    it. Options and fingerprints the stored run does not record (older runs)
+    are not compared.
     """
     stored_config, stored_run = run_dir.load_run(model_dir)
     compared = [
-        name for name in STREAM_OPTIONS if name in stored_run or name in ("tokens_per_batch", "max_train_length")
+        name
+        for name in STREAM_OPTIONS
+        if (name in stored_run and not (name == "jit_compile" and stored_run[name] is None))
+        or name in ("tokens_per_batch", "max_train_length")
     ]
     changed = [
-        f"--{name} {old} → {new}"
+        _change(name, old, new)
         for name, old, new in differences(effective(stored_config, stored_run), effective(config, run), compared)
     ]
+    old, new = stored_run.get("precision"), run.get("precision")
+    if old and loss_scaled(old) != loss_scaled(new):
+        changed.append(
+            f"--precision {old} → {new} (the optimizer of a mixed_float16 run is Keras's LossScaleOptimizer, "
+            "whose checkpoint holds other objects: float32 and mixed_bfloat16 may take each other's place, "
+            "mixed_float16 neither)"
+        )
+    changed += _changed_inputs(model_dir, corpus)
     if changed:
         raise ResumeError(
             f"{model_dir} holds checkpoints of a run with other options: {'; '.join(changed)}. "
-            "Resuming with them would train on other batches or another learning-rate schedule. "
-            "Rerun with the run's own options to resume it, or start a new run from its weights "
-            f"with a new schedule: --model_dir NEW_DIR --init_from {model_dir}"
+            "Resuming with them would train on other batches or another learning-rate schedule, or could not "
+            "load the checkpoint. Rerun with the run's own options to resume it, or start a new run from its "
+            f"weights with a new schedule: --model_dir NEW_DIR --init_from {model_dir}"
         )
+
+
+def _change(name: str, old, new) -> str:
+    if name == "num_replicas":  # no flag of its own
+        return f"the number of replicas {old} → {new} (set by --strategy and the devices it finds)"
+    return f"--{name} {old} → {new}"
+
+
+def _changed_inputs(model_dir: str, corpus: pipelines.ParallelText | None) -> list[str]:
+    """The corpus files and the vocabulary whose bytes differ from those the run recorded."""
+    stored = run_dir.stored_fingerprints(model_dir)
+    changed = []
+    if "corpus" in stored and corpus is not None:
+        now = run_dir.fingerprints(model_dir, corpus)["corpus"]
+        changed += [
+            f"--data: {name} is not the file the run trained on (SHA-256 {_short(digest)} → {_short(now.get(name))})"
+            for name, digest in stored["corpus"].items()
+            if now.get(name) != digest
+        ]
+    if "vocabulary" in stored:
+        path = run_dir.vocabulary_path(model_dir)
+        now = run_dir.fingerprints(model_dir).get("vocabulary")
+        if now is None:
+            changed.append(f"{path} is missing: put back the vocabulary the run trained with")
+        elif now != stored["vocabulary"]:
+            changed.append(
+                f"{path} is not the vocabulary the run trained with (SHA-256 {_short(stored['vocabulary'])} → "
+                f"{_short(now)}): put the run's own back (its embeddings are indexed by its pieces), or train "
+                "with this one in a new --model_dir"
+            )
+    return changed
+
+
+def _short(digest: str | None) -> str:
+    return digest[:12] + "…" if digest else "none"
+
+
+def keep_run_defaults(model_dir: str, resolved: Resolved, strategy: tf.distribute.Strategy) -> Resolved:
+    """On resume, the options the machine decided (``--precision auto``, no ``--jit_compile``) take the run's own
+    values (config.json) where those still work here; the precision is then set as the run's.
+
+    ``auto`` resolves per machine (:func:`~tf_transformer.training.options.choose_precision`):
+    a run moved to other hardware would otherwise change precision, or change
+    ``jit_compile`` and with it the batches, on its own. An option given on the
+    command line is left as given (and refused by :func:`check_unchanged` if it
+    changes what must not change). Where the run's own value does not work here
+    (:func:`~tf_transformer.training.options.check`), the machine's stays, with
+    a warning. Returns ``resolved`` unchanged for a new run.
+    """
+    if not resolved.defaulted or not tf.io.gfile.exists(os.path.join(model_dir, run_dir.CONFIG_FILE)):
+        return resolved
+    if not run_dir.checkpoints(run_dir.checkpoint_dir(model_dir)):
+        return resolved
+    _, stored = run_dir.load_run(model_dir)
+    options, reason = resolved.options, resolved.precision_reason
+    for name in resolved.defaulted:
+        value = stored.get(name)
+        if value is None or value == "auto" or value == getattr(options, name):
+            continue
+        candidate = dataclasses.replace(options, **{name: value})
+        try:
+            check(candidate, strategy)
+        except OptionError as error:
+            logging.warning(
+                "The run's own %s=%s does not work here (%s): %s", name, value, error, getattr(options, name)
+            )
+            continue
+        if name == "precision":
+            reason = f"the run's own, kept on resume (auto would take {options.precision} here: {reason})"
+        options = candidate
+    if options is resolved.options:
+        return resolved
+    set_precision(options.precision)
+    return Resolved(options, reason, resolved.defaulted)
 
 
 def source_run(path: str) -> tuple[str, str]:

@@ -121,6 +121,7 @@ def prepare(
     ``budget_start``: the ``time.perf_counter()`` from which ``--max_minutes``
     counts (default: the first step).
     """
+    resolved = resume.keep_run_defaults(model_dir, resolved, strategy)  # resumed: auto precision is the run's own
     options = resolved.options
     chief = cluster is None or cluster.is_chief
     replicas = strategy.num_replicas_in_sync
@@ -131,7 +132,7 @@ def prepare(
         check_model_dir(model_dir, config)
     tf.io.gfile.makedirs(work_dir)
     token = cluster.launch_token() if cluster else None
-    resuming = tf.train.get_checkpoint_state(run_dir.checkpoint_dir(model_dir)) is not None
+    resuming = bool(run_dir.checkpoints(run_dir.checkpoint_dir(model_dir), repair=chief))  # a garbled list: the files
     source_dir = init_checkpoint = None
     if options.init_from and not resuming:
         source_dir, init_checkpoint = resume.source_run(options.init_from)
@@ -139,7 +140,7 @@ def prepare(
     differing = []
     if chief:
         if resuming:
-            resume.check_unchanged(model_dir, config, run)  # before config.json is rewritten
+            resume.check_unchanged(model_dir, config, run, corpus)  # before config.json is rewritten
         elif source_dir:
             resume.take_vocabulary(model_dir, source_dir)
         tokenizer = run_dir.make_vocabulary(
@@ -148,7 +149,7 @@ def prepare(
         config = config.replace(vocab_size=tokenizer.vocab_size)
         if source_dir:
             resume.check_architecture(config, run_dir.load_run(source_dir)[0], source_dir)
-        run_dir.save_run(model_dir, config, run)
+        run_dir.save_run(model_dir, config, run, corpus)
         if cluster:
             cluster.announce(model_dir, token)
     else:
