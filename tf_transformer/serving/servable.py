@@ -43,7 +43,10 @@ class Servable:
         self._metadata = _signature_defs(path)
 
     def check(self, request: PredictRequest) -> None:
-        """Refuses (:class:`ClientError`) a source over the export's length limit or an id outside its vocabulary."""
+        """Refuses (:class:`ClientError`) a source over the export's length limit or an id outside its vocabulary.
+
+        An id row's length is its length as sent, padding ids included.
+        """
         limit, vocab_size = self.limits.limit, self.limits.vocab_size
         if self.input_kinds[request.signature] == "strings":
             for index, text in enumerate(request.rows):
@@ -51,13 +54,15 @@ class Servable:
                     raise ClientError(f"input {index}: {why}")
             return
         for index, row in enumerate(request.rows):
+            # The row's length, padding included: rows are padded to the widest and the graph runs on all of it,
+            # so padding not counted would let one row of a token and 400,000 zeros through.
+            if limit is not None and len(row) > limit:
+                raise ClientError(
+                    f"input {index}: {len(row)} ids (padding {PAD_ID} and EOS {EOS_ID} included) is longer than "
+                    f"this model's maximum source length of {limit}"
+                )
             if vocab_size and not all(0 <= i < vocab_size for i in row):
                 raise ClientError(f"input {index} holds a token id outside the vocabulary [0, {vocab_size})")
-            if limit is not None and sum(i != PAD_ID for i in row) > limit:
-                raise ClientError(
-                    f"input {index}: {sum(i != PAD_ID for i in row)} tokens is longer than this model's maximum "
-                    f"source length of {limit} (EOS = {EOS_ID} included)"
-                )
 
     def run(self, signature: str, rows: list) -> dict[str, np.ndarray]:
         """The signature's outputs for ``rows`` (strings, or id lists padded here to one width)."""
