@@ -14,12 +14,21 @@ from tests.serving.client import Server, raw_exchange, request, responses
 
 NAME = "tiny_en_de"
 SENTENCES = ["zeta", "alpha beta", "omega sigma kappa", ""]
+MAX_RESPONSE_BYTES = 200_000
 
 
 @pytest.fixture(scope="module")
 def server(tiny_export):
     started = Server(
-        tiny_export.parent, "--max_batch_size", "8", "--max_request_bytes", "65536", "--rest_api_timeout_in_ms", "2000"
+        tiny_export.parent,
+        "--max_batch_size",
+        "8",
+        "--max_request_bytes",
+        "65536",
+        "--rest_api_timeout_in_ms",
+        "2000",
+        "--max_response_bytes",
+        str(MAX_RESPONSE_BYTES),
     )
     yield started
     started.stop()
@@ -84,6 +93,7 @@ def test_tf_serving_formats_under_concurrency(server, expected):
         ({"signature_name": "translate_ids", "instances": [[9, -4, 3]]}, "outside the vocabulary"),
         ({"signature_name": "translate_ids", "instances": [["9"]]}, "integer token ids"),
         ({"signature_name": "translate_ids", "instances": [[9] * 600 + [3]]}, "maximum source length of 512"),
+        ({"signature_name": "translate_ids", "instances": [[9, 3], [5] + [0] * 600]}, "input 1: 601 ids"),
         ({"instances": ["a", "zeta " * 600]}, "input 1: 601 tokens (EOS included) is longer than this model's maximum"),
         ({"instances": ["\ud800"]}, "not valid Unicode"),
     ],
@@ -101,6 +111,22 @@ def test_an_overlong_sentence_fails_alone(server, expected):
         for i, future in enumerate(good):
             status, reply = future.result()
             assert status == 200 and reply["predictions"][0]["translations"] == expected[i % 3]
+
+
+def test_an_id_over_pythons_integer_digit_limit_is_400(server):
+    body = b'{"signature_name": "translate_ids", "instances": [[' + b"9" * 5000 + b", 3]]}"
+    status, reply = request(server.port, "POST", f"/v1/models/{NAME}:predict", raw=body)
+    assert status == 400 and "Malformed JSON" in reply["error"], reply
+
+
+def test_an_answer_over_max_response_bytes_is_413(server):
+    """translate_with_alignment answers [target, source] floats per sentence: long sentences, a large answer."""
+    long = " ".join(["alpha beta gamma delta epsilon zeta theta kappa"] * 8)
+    status, reply = server.post({"signature_name": "translate_with_alignment", "instances": [long] * 8})
+    assert status == 413, reply
+    assert f"over this server's limit of {MAX_RESPONSE_BYTES} bytes (--max_response_bytes)" in reply["error"]
+    status, reply = server.post({"signature_name": "translate_with_alignment", "instances": ["zeta"]})
+    assert status == 200 and reply["predictions"][0]["translations"] is not None
 
 
 def test_malformed_http(server):
@@ -144,16 +170,27 @@ def test_a_stalled_client_is_disconnected_and_others_are_served(server, expected
 
 @pytest.mark.slow
 def test_sigterm_finishes_the_requests_in_flight_then_exits(tiny_export):
-    """A request waiting in a batch when SIGTERM arrives is answered; then the server exits 0 and listens no more."""
-    server = Server(tiny_export.parent, "--batch_timeout_micros", "3000000")
+    """A request waiting in a batch when SIGTERM arrives is answered; one accepted but waiting for the only
+    handler thread is answered too (200 or 503), not dropped; then the server exits 0 and listens no more."""
+    server = Server(tiny_export.parent, "--batch_timeout_micros", "3000000", "--rest_api_num_threads", "1")
     try:
-        answer = {}
+        answer, queued = {}, {}
         client = threading.Thread(target=lambda: answer.update(reply=server.post({"instances": ["zeta", "alpha"]})))
         client.start()
-        time.sleep(1.0)  # the request now waits for its batch (3 s)
+        time.sleep(1.0)  # the request now waits for its batch (3 s), holding the only handler thread
+        body = json.dumps({"instances": ["zeta"]})
+        head = f"POST /v1/models/{NAME}:predict HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+        second = threading.Thread(
+            target=lambda: queued.update(data=raw_exchange(server.port, (head + body).encode(), timeout=60))
+        )
+        second.start()
+        time.sleep(0.5)  # accepted, waiting for the thread
         server.process.send_signal(signal.SIGTERM)
         client.join(60)
+        second.join(60)
         assert answer["reply"][0] == 200 and len(answer["reply"][1]["predictions"]) == 2
+        [(status, reply)] = responses(queued["data"])
+        assert status == 200 or (status == 503 and "stopping" in reply["error"]), (status, reply)
         assert server.process.wait(60) == 0
         with pytest.raises(OSError):
             request(server.port, "GET", f"/v1/models/{NAME}", timeout=5)

@@ -103,7 +103,7 @@ def test_a_full_queue_refuses_and_stop_drains_what_is_queued():
     while not scheduler._stopping:
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    with pytest.raises(Unavailable, match="shutting down"):
+    with pytest.raises(Unavailable, match="stopping"):
         scheduler.submit("k", model, [[6]])
     gate.set()
     stopper.join(10)

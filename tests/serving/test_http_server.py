@@ -6,7 +6,10 @@ import threading
 import time
 
 import numpy as np
+import pytest
+from hypothesis import given, settings
 
+from tests.serving.bodies import raw_bodies
 from tests.serving.client import raw_exchange, request, responses
 from tf_transformer.serving import http_server
 from tf_transformer.serving.batching import BatchScheduler
@@ -170,3 +173,136 @@ def test_answers_while_the_model_loads_then_becomes_ready(tmp_path, monkeypatch)
     finally:
         release.set()
         server.stop()
+
+
+class BigAnswer:
+    """A servable whose answer is one string of ``size`` bytes per sentence, at once."""
+
+    version = 1
+    input_kinds = {"serving_default": "strings"}
+
+    def __init__(self, size):
+        self.size = size
+
+    def check(self, request):
+        pass
+
+    def run(self, signature, rows):
+        return {"translations": np.array([b"x" * self.size for _ in rows], object)}
+
+
+def test_an_answer_over_max_response_bytes_is_413_naming_the_limit():
+    server, port = start(BigAnswer(2_000_000), max_response_bytes=1_000_000)
+    try:
+        status, reply = request(port, "POST", "/v1/models/m:predict", {"instances": ["a"]}, timeout=30)
+        assert status == 413 and "max_response_bytes" in reply["error"] and "1000000" in reply["error"], reply
+        server.versions.model.size = 10
+        status, reply = request(port, "POST", "/v1/models/m:predict", {"instances": ["a", "b"]}, timeout=30)
+        assert status == 200 and reply == {"predictions": [{"translations": "x" * 10}] * 2}
+    finally:
+        server.stop()
+
+
+def test_a_client_that_does_not_read_its_answer_frees_the_thread_at_the_deadline():
+    """Writing an answer has a deadline (timeout_seconds): a reader that never reads, or one that reads a little now
+    and then, cannot hold the only handler thread."""
+    server, port = start(BigAnswer(40_000_000), num_threads=1, timeout_seconds=1.0, max_response_bytes=100_000_000)
+    body = b'{"instances": ["a"]}'
+    head = f"POST /v1/models/m:predict HTTP/1.1\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    try:
+        with (
+            socket.create_connection(("127.0.0.1", port)) as silent,
+            socket.create_connection(("127.0.0.1", port)) as trickle,
+        ):
+            for reader in (silent, trickle):
+                reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                reader.sendall(head + body)
+            started = time.monotonic()
+            trickle.settimeout(0.2)
+            while time.monotonic() - started < 3:  # 4 KB every 0.2 s: never done within the deadline
+                try:
+                    if not trickle.recv(4096):
+                        break
+                except TimeoutError:
+                    pass
+                time.sleep(0.2)
+            status, _ = request(port, "GET", "/v1/models/m", timeout=10)  # needs the thread
+            assert status == 200 and time.monotonic() - started < 5
+    finally:
+        server.stop()
+
+
+def test_stop_answers_every_connection_already_accepted():
+    """On stop, a connection the server has accepted is answered (the request in flight 200, the others 200 or
+    503), never closed unanswered: connections waiting for a handler thread, and those the kernel has accepted
+    but the server not yet taken (simulated by ending the accept loop before stop())."""
+    server, port = start(SlowModel(seconds=2.0), batching=True, num_threads=1, timeout_seconds=30)
+    body = b'{"instances": ["ab"]}'
+    predict = f"POST /v1/models/m:predict HTTP/1.1\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+    answers = {}
+
+    def exchange(name, connection):
+        data, error = b"", None
+        try:
+            while chunk := connection.recv(65536):
+                data += chunk
+        except OSError as raised:
+            error = raised
+        answers[name] = (data, error)
+
+    in_flight = socket.create_connection(("127.0.0.1", port), timeout=30)
+    in_flight.sendall(predict)
+    time.sleep(0.5)  # decoding, on the only handler thread
+    waiting = socket.create_connection(("127.0.0.1", port), timeout=30)
+    waiting.sendall(predict)  # accepted; waits for the thread
+    time.sleep(0.3)
+    server.shutdown()  # the accept loop ends: as in stop(), before the listening socket closes
+    backlog = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(2)]
+    for connection in backlog:
+        connection.sendall(predict)
+    connections = {"in flight": in_flight, "waiting": waiting, "backlog 0": backlog[0], "backlog 1": backlog[1]}
+    readers = [threading.Thread(target=exchange, args=item) for item in connections.items()]
+    for reader in readers:
+        reader.start()
+    server.stop()
+    for reader in readers:
+        reader.join(30)
+    for connection in connections.values():
+        connection.close()
+    statuses = {}
+    for name, (data, error) in answers.items():
+        assert error is None and data, (name, data, error)
+        [(status, reply)] = responses(data)
+        statuses[name] = status
+        assert status == 200 or (status == 503 and "stopping" in reply["error"]), (name, status, reply)
+    assert statuses["in flight"] == 200
+
+
+class EchoModel:
+    """A servable of both input kinds that answers at once."""
+
+    version = 1
+    input_kinds = {"serving_default": "strings", "translate_ids": "ids"}
+
+    def check(self, request):
+        pass
+
+    def run(self, signature, rows):
+        if signature == "serving_default":
+            return {"translations": np.array([row.encode() for row in rows], object)}
+        return {"ids": np.array([[len(row)] for row in rows], np.int32)}
+
+
+@pytest.fixture(scope="module")
+def echo_port():
+    server, port = start(EchoModel(), batching=True)
+    yield port
+    server.stop()
+
+
+@settings(max_examples=200, deadline=None)
+@given(raw_bodies())
+def test_any_raw_body_over_http_is_answered_and_never_500(echo_port, raw):
+    """Bodies as bytes (tests/serving/test_requests.py), through the handler: 200 or a 4xx, never a 500."""
+    status, reply = request(echo_port, "POST", "/v1/models/m:predict", raw=raw, timeout=30)
+    assert status == 200 or (400 <= status < 500 and isinstance(reply["error"], str)), (status, reply)

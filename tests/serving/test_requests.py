@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tf_transformer.serving.requests import ClientError, parse_json, parse_predict, response
+from tests.serving.bodies import raw_bodies
+from tf_transformer.serving.requests import ClientError, encode_response, parse_json, parse_predict, response
 
 KINDS = {"serving_default": "strings", "translate_ids": "ids"}
 
@@ -62,6 +63,27 @@ def test_undecodable_and_deeply_nested_bodies():
             parse_json(raw)
 
 
+def test_an_integer_literal_longer_than_python_converts_is_a_client_error():
+    """Python 3.11 refuses to convert integer literals of over 4,300 digits with a plain ValueError."""
+    raw = b'{"signature_name": "translate_ids", "instances": [[' + b"9" * 5000 + b", 3]]}"
+    with pytest.raises(ClientError, match="Malformed JSON") as raised:
+        parse_json(raw)
+    assert raised.value.status == 400
+
+
+@settings(max_examples=500, deadline=None)
+@given(raw_bodies())
+def test_any_raw_body_is_accepted_or_refused_never_crashes(raw):
+    """The bytes of a body, not only values json.dumps writes: parse_json and parse_predict raise nothing but
+    ClientError (a 4xx), whatever the bytes."""
+    try:
+        request = parse_predict(parse_json(raw), KINDS, 8)
+    except ClientError as error:
+        assert 400 <= error.status < 500
+        return
+    assert request.rows and len(request.rows) <= 8
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.recursive(
@@ -87,3 +109,23 @@ def test_answers_in_each_format():
     }
     columns = parse({"inputs": ["a", "b"]})
     assert response(columns, outputs) == {"outputs": {"translations": ["x", "\u00fc"], "scores": [-1.0, -2.0]}}
+
+
+def test_encoded_answers_are_json_dumps_of_the_answer_and_bounded():
+    outputs = {
+        "translations": np.array([b"x", "\u00fc".encode()], object),
+        "scores": np.array([-1.0, -2.5], np.float32),
+        "attention": np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 7,  # [batch, target, source]
+        "nbest": np.array([[b"a", b"b"], [b"c", b"d"]], object),
+    }
+    for body in ({"instances": ["a", "b"]}, {"inputs": ["a", "b"]}):
+        request = parse(body)
+        encoded = encode_response(request, outputs, 10_000)
+        assert encoded == json.dumps(response(request, outputs)).encode()
+        assert json.loads(encoded) == response(request, outputs)
+        assert encode_response(request, outputs, len(encoded)) == encoded  # the limit holds to the byte
+        with pytest.raises(ClientError):
+            encode_response(request, outputs, len(encoded) - 1)
+        with pytest.raises(ClientError, match=r"limit of 200 bytes \(--max_response_bytes\)") as raised:
+            encode_response(request, outputs, 200)
+        assert raised.value.status == 413

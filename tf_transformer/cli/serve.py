@@ -46,7 +46,17 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_integer("max_request_bytes", 4 << 20, "Largest request body; larger ones get 413.", lower_bound=1)
 flags.DEFINE_integer(
-    "rest_api_timeout_in_ms", 30000, "A connection idle or stalled this long is closed.", lower_bound=1
+    "max_response_bytes",
+    8 << 20,
+    "Largest answer; a request whose answer would be larger gets 413 (translate_with_alignment answers a "
+    "[target, source] array of floats per sentence).",
+    lower_bound=1,
+)
+flags.DEFINE_integer(
+    "rest_api_timeout_in_ms",
+    30000,
+    "A connection idle or stalled this long is closed, and an answer not read within it given up.",
+    lower_bound=1,
 )
 flags.DEFINE_integer(
     "rest_api_num_threads", 32, "Connections handled at once (as many more wait; beyond, 503).", lower_bound=1
@@ -78,6 +88,7 @@ def main(argv):
             num_batch_threads=FLAGS.num_batch_threads,
             max_enqueued_batches=FLAGS.max_enqueued_batches,
             max_request_bytes=FLAGS.max_request_bytes,
+            max_response_bytes=FLAGS.max_response_bytes,
             timeout_seconds=FLAGS.rest_api_timeout_in_ms / 1000,
             num_threads=FLAGS.rest_api_num_threads,
             poll_seconds=FLAGS.file_system_poll_wait_seconds,

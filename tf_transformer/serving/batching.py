@@ -77,7 +77,7 @@ class BatchScheduler:
         future = concurrent.futures.Future()
         with self._changed:
             if self._stopping:
-                raise Unavailable("The server is shutting down")
+                raise Unavailable("The server is stopping; retry")
             if self._queued_rows + len(rows) > self.max_queued_rows:
                 raise Unavailable(f"The batching queue is full ({self._queued_rows} sentences waiting); retry later")
             self._queue.append(_Task(key, run, rows, fit, future, time.monotonic()))

@@ -11,12 +11,15 @@ The server answers from the moment it binds: the model loads in the background
 reports it ``LOADING``, readiness and predictions answer 503.
 
 Limits, so that one client cannot take the server down: a request body over
-``max_request_bytes`` is answered 413 without being read; a connection idle or
-slow for ``timeout_seconds`` is closed; ``num_threads`` threads handle
-connections, up to as many more wait for one, and further connections are
-answered 503 at once. Every client mistake is a 4xx with a JSON ``{"error": …}``;
-a 500 means a fault of the server. :meth:`RestServer.stop` (on SIGTERM) stops
-accepting, finishes the requests in flight and returns.
+``max_request_bytes`` is answered 413 without being read, and an answer over
+``max_response_bytes`` 413 instead of the answer; a connection idle or slow for
+``timeout_seconds`` is closed, and an answer not written within
+``timeout_seconds`` (a client that does not read it) is given up;
+``num_threads`` threads handle connections, up to as many more wait for one, and
+further connections are answered 503 at once. Every client mistake is a 4xx
+with a JSON ``{"error": …}``; a 500 means a fault of the server.
+:meth:`RestServer.stop` (on SIGTERM) stops accepting, finishes the requests in
+flight, answers every other connection it accepted and returns.
 """
 
 from __future__ import annotations
@@ -36,7 +39,14 @@ from absl import logging
 
 from tf_transformer.inference.export_info import graph_error
 from tf_transformer.serving.batching import BatchScheduler
-from tf_transformer.serving.requests import ClientError, NotFound, Unavailable, parse_json, parse_predict, response
+from tf_transformer.serving.requests import (
+    ClientError,
+    NotFound,
+    Unavailable,
+    encode_response,
+    parse_json,
+    parse_predict,
+)
 from tf_transformer.serving.versions import ModelVersions
 
 _MODEL_PATH = re.compile(
@@ -44,18 +54,21 @@ _MODEL_PATH = re.compile(
     r"(?:(?P<metadata>/metadata)|(?P<predict>:predict))?$"
 )
 _LENGTH = re.compile(r"[0-9]{1,15}")
+STOP_GRACE_SECONDS = 1.0  # once stopping, how long a connection without a request yet has to send one
 
 
 class RestServer(http.server.HTTPServer):
     """The HTTP server: a bounded pool of handler threads, deadlines per connection, graceful stop.
 
-    Each connection is in one of three phases: ``waiting`` for a request (a new
-    or a kept-alive connection), ``reading`` one (its line, headers and body) or
-    ``working`` on it. A watchdog closes connections that wait, or take to send
-    a request, longer than ``timeout_seconds``: a per-read timeout alone lets a
-    client that sends a byte now and then hold a thread forever. While
-    connections queue for a thread, answers close their connection instead of
-    keeping it alive, so idle clients do not hold the threads.
+    Each connection is in one of four phases: ``waiting`` for a request (a new
+    or a kept-alive connection), ``reading`` one (its line, headers and body),
+    ``working`` on it or ``writing`` its answer. A watchdog closes connections
+    that wait, take to send a request, or take to read their answer, longer than
+    ``timeout_seconds``: a per-read timeout alone lets a client that sends a
+    byte now and then hold a thread forever, and one that reads a byte now and
+    then would hold it as long. While connections queue for a thread, answers
+    close their connection instead of keeping it alive, so idle clients do not
+    hold the threads.
     """
 
     request_queue_size = 128  # connections the kernel holds before accept
@@ -69,11 +82,13 @@ class RestServer(http.server.HTTPServer):
         max_request_bytes: int = 4 << 20,
         timeout_seconds: float = 30.0,
         num_threads: int = 32,
+        max_response_bytes: int = 8 << 20,
     ):
         self.versions = versions
         self.scheduler = scheduler
         self.max_batch_size = max_batch_size
         self.max_request_bytes = max_request_bytes
+        self.max_response_bytes = max_response_bytes
         self.timeout_seconds = timeout_seconds
         self.stopping = False
         self._pool = concurrent.futures.ThreadPoolExecutor(num_threads, thread_name_prefix="http")
@@ -97,6 +112,10 @@ class RestServer(http.server.HTTPServer):
                 self._refusing += refuse
             if refuse:
                 self._refusals.submit(self._refuse, request)
+            elif self.stopping:  # stop() taking the backlog: answer each here, on the stopping thread, not drop it
+                with self._lock:
+                    self._refusing += 1
+                self._refuse(request)
             else:  # a flood: drop it without an answer rather than queue without bound
                 self.shutdown_request(request)
             return
@@ -128,7 +147,8 @@ class RestServer(http.server.HTTPServer):
 
     def _refuse(self, connection) -> None:
         """Answers 503 to a connection over the limit, off the thread that accepts."""
-        data = json.dumps({"error": "The server is at its connection limit; retry later"}).encode()
+        why = "The server is stopping; retry" if self.stopping else "The server is at its connection limit; retry later"
+        data = json.dumps({"error": why}).encode()
         head = f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
         try:
             connection.settimeout(1.0)
@@ -151,23 +171,32 @@ class RestServer(http.server.HTTPServer):
                 late = [
                     (connection, phase)
                     for connection, (phase, since) in self._phases.items()
-                    # a slow body gets a moment more, so that its own read timeout can answer 408
-                    if phase != "working" and now - since > self.timeout_seconds + (phase == "reading")
+                    # a slow body gets a moment more, so that its own read timeout can answer 408; an answer's
+                    # writes have their own deadline (_Handler._write), this is the backstop
+                    if phase != "working" and now - since > self.timeout_seconds + (phase != "waiting")
                 ]
                 self.expired.update(connection for connection, phase in late if phase == "reading")
-            for connection, _ in late:
-                try:
-                    connection.shutdown(socket.SHUT_RD)  # its handler reads the end of input and closes
+            for connection, phase in late:
+                try:  # its handler reads the end of input and closes; a write fails at once
+                    connection.shutdown(socket.SHUT_RDWR if phase == "writing" else socket.SHUT_RD)
                 except OSError:
                     pass
 
     def stop(self) -> None:
         """Stops accepting, ends waiting keep-alive connections, finishes the requests in flight.
 
+        Every connection accepted is answered, none closed unanswered: the
+        requests in flight (decoding, or waiting in a batch) are finished; a
+        request read after the stop began, on a connection waiting for a thread
+        or one the kernel had accepted and the server not yet taken, is answered
+        503 (a predict) or as usual (the others), then its connection closed.
+        A kept-alive connection waiting for its next request is closed at once,
+        one not yet handled once ``STOP_GRACE_SECONDS`` pass without a request.
         Call from another thread than the one in ``serve_forever``.
         """
         self.stopping = True
         self.shutdown()  # serve_forever returns: no more connections are accepted
+        self._take_backlog()
         self.server_close()
         with self._lock:
             waiting = [connection for connection, (phase, _) in self._phases.items() if phase == "waiting"]
@@ -179,9 +208,21 @@ class RestServer(http.server.HTTPServer):
         self._pool.shutdown(wait=True)
         self._refusals.shutdown(wait=True)
         self._watchdog_stop.set()
+        self._watchdog.join()
         if self.scheduler is not None:
             self.scheduler.stop()
         self.versions.stop()
+
+    def _take_backlog(self) -> None:
+        """Takes the connections the kernel has accepted and the server not yet: closing the socket would reset them."""
+        self.socket.setblocking(False)
+        while True:
+            try:
+                connection, address = self.socket.accept()
+            except OSError:  # none left (BlockingIOError), or the socket is gone
+                return
+            connection.setblocking(True)
+            self.process_request(connection, address)
 
 
 def _linger(connection, seconds: float = 0.5, most: int = 1 << 20) -> None:
@@ -210,14 +251,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     server: RestServer
 
     def handle_one_request(self):
-        if self.server.stopping:  # a connection that starts after stop() ended the waiting ones
-            self.close_connection = True
-            return
+        if self.server.stopping:  # accepted before the stop: a request already sent is read and answered
+            self.connection.settimeout(min(self.timeout, STOP_GRACE_SECONDS))
         self.server.set_phase(self.connection, "waiting")
         super().handle_one_request()
 
     def parse_request(self):
         self.server.set_phase(self.connection, "reading")
+        self.connection.settimeout(self.timeout)
         return super().parse_request()
 
     def handle_expect_100(self):
@@ -237,8 +278,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except OSError:
             pass
 
-    def _reply(self, code: int, payload: dict):
-        data = json.dumps(payload).encode("utf-8")
+    def _reply(self, code: int, payload: dict | bytes):
+        """Answers ``payload`` (JSON, or its encoding) within the deadline (:meth:`_write`)."""
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode("utf-8")
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -246,8 +288,29 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
         if self.close_connection:
             self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(data)
+        self._headers_buffer.append(b"\r\n")
+        head = b"".join(self._headers_buffer)
+        self._headers_buffer = []
+        self._write(head, data)
+
+    def _write(self, *parts: bytes) -> None:
+        """Sends ``parts`` within one deadline of ``timeout_seconds`` for them all, or raises ``TimeoutError``.
+
+        A per-send timeout would let a client that reads a little now and then hold the thread as long as it likes.
+        """
+        self.server.set_phase(self.connection, "writing")
+        deadline = time.monotonic() + self.timeout
+        for part in parts:
+            view = memoryview(part)
+            while view:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.close_connection = True
+                    raise TimeoutError(f"The answer was not read within {self.timeout:g} s")
+                self.connection.settimeout(left)
+                view = view[self.connection.send(view) :]
+        self.connection.settimeout(self.timeout)
+        self.server.set_phase(self.connection, "working")
 
     def _error(self, error: ClientError):
         self._reply(error.status, {"error": str(error)})
@@ -331,6 +394,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             request = parse_predict(parse_json(body), servable.input_kinds, server.max_batch_size)
             servable.check(request)
             outputs = self._predict(servable, request)
+            answer = encode_response(request, outputs, server.max_response_bytes)
         except ClientError as error:
             return self._error(error)
         except OSError:
@@ -340,14 +404,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 return self._reply(400, {"error": graph_error(error)})
             logging.exception("predict failed")
             return self._reply(500, {"error": f"{type(error).__name__}: {error}"})
-        return self._reply(200, response(request, outputs))
+        return self._reply(200, answer)
 
     def _predict(self, servable, request):
         scheduler = self.server.scheduler
+        if self.server.stopping:  # a request read after the stop began: retry on another replica, or later
+            raise Unavailable("The server is stopping; retry")
         if scheduler is None:
             return servable.run(request.signature, request.rows)
-        if self.server.stopping:
-            raise Unavailable("The server is shutting down")
         run = lambda rows: servable.run(request.signature, rows)  # noqa: E731
         fit = lambda outputs: servable.fit(request.signature, request.rows, outputs)  # noqa: E731
         return scheduler.submit((servable, request.signature), run, request.rows, fit).result()
@@ -385,6 +449,7 @@ def make_server(
     timeout_seconds: float = 30.0,
     num_threads: int = 32,
     poll_seconds: float = 1.0,
+    max_response_bytes: int = 8 << 20,
 ) -> RestServer:
     """Binds, and loads the model's newest version in the background; :meth:`RestServer.serve_forever` serves.
 
@@ -398,7 +463,14 @@ def make_server(
         scheduler = BatchScheduler(max_batch_size, batch_timeout_micros, num_batch_threads, max_enqueued_batches)
     try:
         server = RestServer(
-            (host, port), versions, scheduler, max_batch_size, max_request_bytes, timeout_seconds, num_threads
+            (host, port),
+            versions,
+            scheduler,
+            max_batch_size,
+            max_request_bytes,
+            timeout_seconds,
+            num_threads,
+            max_response_bytes,
         )
     except BaseException:
         if scheduler is not None:

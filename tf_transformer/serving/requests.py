@@ -34,7 +34,7 @@ class NotFound(ClientError):
 
 
 class Unavailable(ClientError):
-    """The server cannot take the request now (no model loaded, queue full, shutting down)."""
+    """The server cannot take the request now (no model loaded, queue full, stopping)."""
 
     status = 503
 
@@ -58,6 +58,8 @@ def parse_json(raw: bytes):
         raise ClientError(f"Malformed JSON: {error}") from None
     except RecursionError:
         raise ClientError("Malformed JSON: nested too deeply") from None
+    except ValueError as error:  # an integer literal of over 4,300 digits (Python's int() limit since 3.11)
+        raise ClientError(f"Malformed JSON: {str(error).split(';')[0]}") from None
 
 
 def parse_predict(body, input_kinds: dict[str, str], max_batch_size: int) -> PredictRequest:
@@ -123,7 +125,53 @@ def response(request: PredictRequest, outputs: dict[str, np.ndarray]) -> dict:
     return {"outputs": columns}
 
 
-def _jsonable(array: np.ndarray):
-    if array.dtype == object:
-        return [v.decode("utf-8") if isinstance(v, bytes) else _jsonable(np.asarray(v)) for v in array.tolist()]
-    return array.tolist()
+def encode_response(request: PredictRequest, outputs: dict[str, np.ndarray], max_bytes: int) -> bytes:
+    """``json.dumps(response(request, outputs))`` as bytes, refused (413) once it passes ``max_bytes``.
+
+    Written one sentence's value at a time, so that an answer over the limit is
+    given up before all of it is built: ``translate_with_alignment`` answers a
+    ``[target, source]`` array of floats per sentence, hundreds of times the
+    size of the request.
+    """
+    parts, size = [], 0
+
+    def add(text: str) -> None:
+        nonlocal size
+        size += len(text)  # ASCII (json.dumps escapes the rest): one byte per character
+        if size > max_bytes:
+            raise ClientError(
+                f"The answer is over this server's limit of {max_bytes} bytes (--max_response_bytes): "
+                "send fewer or shorter sentences per request",
+                413,
+            )
+        parts.append(text)
+
+    keys = {key: json.dumps(key) for key in outputs}
+    if request.row_format:
+        add('{"predictions": [')
+        for i in range(len(request.rows)):
+            add(", {" if i else "{")
+            for j, (key, value) in enumerate(outputs.items()):
+                add((", " if j else "") + f"{keys[key]}: {json.dumps(_jsonable(value[i]))}")
+            add("}")
+        add("]}")
+    else:
+        add('{"outputs": {')
+        for j, (key, value) in enumerate(outputs.items()):
+            add((", " if j else "") + f"{keys[key]}: [")
+            for i in range(len(request.rows)):
+                add((", " if i else "") + json.dumps(_jsonable(value[i])))
+            add("]")
+        add("}}")
+    return "".join(parts).encode()
+
+
+def _jsonable(value):
+    """A numpy array or scalar as JSON values: strings decoded from UTF-8, numbers as Python's."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        return [_jsonable(item) for item in value]
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    return value
