@@ -241,3 +241,162 @@ def test_a_worker_started_with_other_options_than_the_chief_is_refused_and_all_s
     assert "were started with options other than the chief's" in chief_err, chief_err[-3000:]
     assert not (multi / "checkpoints").exists() or not checkpoints(multi)  # refused before any step
     assert time.monotonic() - start < 300
+
+
+# --- faults with dropout on and --accumulate_steps 2 ---------------------------------------------------------------
+
+FAULT_STEPS = 12  # 24 micro-batches; epochs of 5 end mid-update: epoch checkpoints 2, 5, 7, 10; every 4: 4, 8, 12
+
+
+def fault_flags(corpus, model_dir):
+    """Dropout on (the preset's 0.1), two micro-batches an update, epochs of an odd number of micro-batches."""
+    replaced = ("--set=dropout", "--train_steps", "--steps_per_epoch", "--checkpoint_every")
+    common = [f for f in flags(corpus, model_dir) if not f.startswith(replaced)]
+    steps = [f"--train_steps={FAULT_STEPS}", "--steps_per_epoch=5", "--checkpoint_every=4"]
+    return [*common, *steps, "--accumulate_steps=2"]
+
+
+def fault_command(corpus, model_dir):
+    return [str(BIN / "tft-train"), "--strategy=multi_worker", "--worker_timeout=60", *fault_flags(corpus, model_dir)]
+
+
+def all_tensors(run, step):
+    reader = tf.train.load_checkpoint(str(run / "checkpoints" / f"ckpt-{step}"))
+    return {
+        name: reader.get_tensor(name)
+        for name in reader.get_variable_to_shape_map()
+        if not name.startswith(("save_counter", "_CHECKPOINTABLE_OBJECT_GRAPH"))
+    }
+
+
+def assert_every_tensor_equal(run, reference):
+    got, expected = all_tensors(run, FAULT_STEPS), all_tensors(reference, FAULT_STEPS)
+    assert sorted(got) == sorted(expected)
+    assert any("seed" in name for name in got), "the dropout random state is not in the checkpoint"
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+def latest_step(run) -> int:
+    latest = tf.train.latest_checkpoint(str(run / "checkpoints"))
+    return int(latest.rsplit("-", 1)[1]) if latest else 0
+
+
+def wait_for_checkpoint(run, step, workers):
+    deadline = time.monotonic() + 300
+    while not (run / "checkpoints" / f"ckpt-{step}.index").exists():
+        assert time.monotonic() < deadline and all(w.poll() is None for w in workers), "no checkpoint written"
+        time.sleep(0.02)
+
+
+def rerun(corpus, run):
+    for code, stderr in finish(start_workers(2, lambda index: fault_command(corpus, run))):
+        assert code == 0, stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def fault_reference(corpus, tmp_path_factory):
+    """Two workers, uninterrupted: dropout masks are drawn per worker, so the reference is two workers too."""
+    run = tmp_path_factory.mktemp("fault_reference") / "run"
+    for code, stderr in finish(start_workers(2, lambda index: fault_command(corpus, run))):
+        assert code == 0, stderr[-3000:]
+    return run
+
+
+def test_two_workers_killed_between_checkpoints_resume_every_tensor(corpus, fault_reference, tmp_path):
+    run = tmp_path / "multi"
+    workers = start_workers(2, lambda index: fault_command(corpus, run))
+    try:
+        wait_for_checkpoint(run, 5, workers)  # the epoch's checkpoint in the middle of update 6
+        time.sleep(0.1)
+        workers[1].send_signal(signal.SIGKILL)
+        (code, stderr), _ = finish(workers, timeout=180)
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+    assert code not in (0, None) and "lost contact with the other workers" in stderr, stderr[-3000:]
+    landed = latest_step(run)
+    assert 5 <= landed < FAULT_STEPS, "the kill landed after the last checkpoint: nothing was resumed"
+    rerun(corpus, run)
+    assert_every_tensor_equal(run, fault_reference)
+
+
+def test_sigterm_to_one_worker_saves_one_boundary_on_all_and_the_rerun_is_exact(corpus, fault_reference, tmp_path):
+    run = tmp_path / "multi"
+    workers = start_workers(2, lambda index: fault_command(corpus, run))
+    try:
+        wait_for_checkpoint(run, 4, workers)
+        workers[1].send_signal(signal.SIGTERM)
+        results = finish(workers, timeout=180)
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+    for code, stderr in results:
+        assert code == 128 + signal.SIGTERM, stderr[-3000:]
+    chief = json.loads((run / "train_summary.json").read_text())
+    other = json.loads((run / ".worker-1" / "train_summary.json").read_text())
+    assert chief["stopped_by"] == other["stopped_by"] == "SIGTERM"
+    assert chief["steps"] == other["steps"] == latest_step(run) < FAULT_STEPS  # one boundary, saved by all
+    assert tf.train.latest_checkpoint(str(run / ".worker-1" / "checkpoints")).endswith(f"ckpt-{chief['steps']}")
+    rerun(corpus, run)
+    assert_every_tensor_equal(run, fault_reference)
+
+
+def test_a_damaged_newest_checkpoint_is_passed_over_by_every_worker(corpus, fault_reference, tmp_path):
+    run = tmp_path / "multi"
+    shorter = [*fault_command(corpus, run), "--train_steps=8"]  # ends with ckpt-8; ckpt-7 is the epoch's, mid-update
+    for code, stderr in finish(start_workers(2, lambda index: shorter)):
+        assert code == 0, stderr[-3000:]
+    assert latest_step(run) == 8
+    for data in (run / "checkpoints").glob("ckpt-8.data-*"):
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    results = finish(start_workers(2, lambda index: fault_command(corpus, run)))
+    for code, stderr in results:
+        assert code == 0, stderr[-3000:]
+    assert "ckpt-7" in results[0][1] and "Resumed from" in results[0][1]
+    assert_every_tensor_equal(run, fault_reference)
+
+
+@pytest.mark.parametrize("where", ["refused_model_dir", "vocabulary"])
+def test_a_chief_that_stops_before_preparing_stops_the_others_within_seconds(corpus, tmp_path, where):
+    """Before the workers' first collective (the chief refuses --model_dir), or after it, while the chief takes
+    the vocabulary (an unreadable sp.model): the other worker stops within seconds, saying so."""
+    from configs import get_config
+    from tf_transformer import run_dir
+
+    run = tmp_path / "multi"
+    run.mkdir()
+    if where == "refused_model_dir":
+        run_dir.save_run(str(run), get_config("small"), {})  # another model: the chief refuses it and exits
+    else:
+        (run / "sp.model").write_bytes(b"not a SentencePiece model")  # only the chief reads it, then fails
+    command = [str(BIN / "tft-train"), "--strategy=multi_worker", "--worker_timeout=600", *flags(corpus, run)]
+    start = time.monotonic()
+    (chief_code, chief_err), (code, stderr) = finish(start_workers(2, lambda index: command), timeout=300)
+    assert chief_code not in (0, None), chief_err[-3000:]
+    assert code not in (0, None)
+    assert "the chief (worker 0)" in stderr and "stopped before" in stderr, stderr[-3000:]
+    assert "shared filesystem" not in stderr
+    assert time.monotonic() - start < 120  # not --worker_timeout's 600 s
+    assert not (run / "cluster.json").exists()
+
+
+def test_a_signal_during_validation_stops_every_worker_before_dev_bleu(corpus, tmp_path):
+    run = tmp_path / "multi"
+
+    def command(index):
+        signalled = [sys.executable, "-m", "tests.training.signal_in_validation"]
+        program = signalled if index == 1 else [str(BIN / "tft-train")]
+        return [*program, "--strategy=multi_worker", "--worker_timeout=60", *fault_flags(corpus, run)]
+
+    results = finish(start_workers(2, command))
+    for code, stderr in results:
+        assert code == 128 + signal.SIGTERM, stderr[-3000:]
+    chief = json.loads((run / "train_summary.json").read_text())
+    assert chief["stopped_by"] == "SIGTERM"
+    assert chief["steps"] == latest_step(run) == 2  # the first epoch's end (5 micro-batches): its checkpoint
+    assert chief["dev_bleu"] is None  # stopped before the epoch's dev BLEU
+    reader = tf.train.load_checkpoint(str(run / "checkpoints" / "ckpt-2"))
+    assert int(reader.get_tensor("data_position/.ATTRIBUTES/VARIABLE_VALUE")) == 5

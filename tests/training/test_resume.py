@@ -180,3 +180,35 @@ def test_mirrored_accumulation_killed_after_a_mid_update_epoch_checkpoint_resume
     assert sorted(got) == sorted(expected)
     for name, value in expected.items():
         np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+@pytest.mark.slow
+def test_a_signal_during_validation_stops_it_with_the_epochs_checkpoint(tmp_path, train_corpus_dir, monkeypatch):
+    """SIGTERM while ``fit`` validates: validation ends at its batch, the epoch's checkpoint (mid-update here) is
+    written, dev BLEU is not computed, and the run stops as preempted."""
+    import os
+
+    from configs import get_config
+    from tests.corpora import tiny_options
+    from tf_transformer.training.callbacks import StopRequests
+    from tf_transformer.training.trainer import train
+
+    original = StopRequests.on_test_batch_end
+    batches = []
+
+    def signalled(self, batch, logs=None):
+        batches.append(batch)
+        if not self.received:
+            os.kill(os.getpid(), signal.SIGTERM)  # delivered to this, the main, thread before the next line
+        original(self, batch, logs)
+
+    monkeypatch.setattr(StopRequests, "on_test_batch_end", signalled)
+    options = tiny_options(
+        train_corpus_dir, dev_split="val", dev_bleu_sentences=5, train_steps=12, steps_per_epoch=5, accumulate_steps=2
+    )
+    summary = train(get_config("tiny"), options, str(tmp_path / "run"))
+    assert batches == [0]  # validation stopped at its first batch
+    assert summary["stopped_by"] == "SIGTERM" and summary["dev_bleu"] is None
+    assert summary["steps"] == 2 and _latest_step(tmp_path / "run") == 2
+    reader = tf.train.load_checkpoint(str(tmp_path / "run" / "checkpoints" / "ckpt-2"))
+    assert int(reader.get_tensor("data_position/.ATTRIBUTES/VARIABLE_VALUE")) == 5  # the first epoch, mid-update

@@ -110,7 +110,9 @@ class StopRequests(keras.callbacks.Callback):
     checkpoint is written between steps, once the update is complete (never in the
     middle of a gradient accumulation), so the rerun resumes exactly. Training then
     ends by raising :class:`Preempted`, skipping the epoch's validation and dev
-    BLEU, which the grace period may not cover. A second SIGINT interrupts at once.
+    BLEU, which the grace period may not cover; a signal that arrives during
+    validation ends it at the next validation batch, with the checkpoint of the
+    epoch's end. A second SIGINT interrupts at once.
 
     A time budget (``max_minutes``, counted from ``start``, a
     ``time.perf_counter()`` value, or else from the first batch) ends training
@@ -165,16 +167,38 @@ class StopRequests(keras.callbacks.Callback):
         budget = self.seconds is not None and time.perf_counter() - self.start >= self.seconds
         return [budget, self.received == "SIGTERM", self.received == "SIGINT"]
 
-    def on_train_batch_end(self, batch, logs=None):
+    def _requested(self) -> list[str]:
         wanted = self.agreed if self.agreed is not None else self.wanted()
-        requested = [name for name, wish in zip(self.REASONS, wanted, strict=True) if wish]
+        return [name for name, wish in zip(self.REASONS, wanted, strict=True) if wish]
+
+    def _preempt(self, signals: list[str]):
+        step = int(self.model.optimizer.iterations.numpy())
+        raise Preempted(signals[0], self.checkpoint.save(), step)
+
+    def on_train_batch_end(self, batch, logs=None):
+        requested = self._requested()
         if not requested or not self.checkpoint.at_update_boundary():
             return
         self.model.stop_training = True
         signals = [name for name in requested if name != "time_budget"]
         if signals:
-            step = int(self.model.optimizer.iterations.numpy())
-            raise Preempted(signals[0], self.checkpoint.save(), step)
+            self._preempt(signals)
+
+    def on_test_batch_end(self, batch, logs=None):
+        """A signal during the epoch's validation stops it: the checkpoint of the epoch's end, then stop."""
+        self._signals_at_epoch_end()
+
+    def on_epoch_end(self, epoch, logs=None):
+        """A signal during validation (or before dev BLEU, which follows) stops before dev BLEU is computed."""
+        self._signals_at_epoch_end()
+
+    def _signals_at_epoch_end(self):
+        # Every batch of the epoch is trained: the checkpoint is the epoch's (accumulators included, they
+        # are the same on every replica: training/update.py), whether or not an update is complete.
+        signals = [name for name in self._requested() if name != "time_budget"]
+        if signals:
+            self.model.stop_training = True
+            self._preempt(signals)
 
 
 class StopAtStep(keras.callbacks.Callback):

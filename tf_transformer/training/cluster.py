@@ -86,14 +86,33 @@ class Cluster:
         try:
             return self.from_chief(secrets.randbelow(2**48) + 1)
         except LOST as error:
-            raise ClusterError(f"{self.name}: the other workers did not answer ({first_line(error)})") from None
+            who = "another worker" if self.is_chief else "the chief (worker 0) or another worker"
+            raise ClusterError(
+                f"{self.name}: {who} stopped before the run was prepared ({first_line(error)}). The chief stops "
+                "when it refuses --model_dir or an option: its log says why; run every worker's command again"
+            ) from None
 
     def announce(self, model_dir: str, token: int) -> None:
-        """The chief: ``model_dir`` holds this launch's vocabulary and config.json."""
+        """The chief: ``model_dir`` holds this launch's vocabulary and config.json; tells the others so."""
         save_json(os.path.join(model_dir, MARKER), {"token": token, "workers": self.workers})
+        self.from_chief(1)
 
     def follow_chief(self, model_dir: str, token: int, timeout: float) -> tuple[TransformerConfig, dict]:
-        """A worker: waits for the chief's marker of this launch, then reads the run the chief wrote."""
+        """A worker: waits until the chief has prepared ``model_dir``, then reads the run the chief wrote.
+
+        The wait is a collective the chief joins once it has written the
+        marker (however long its vocabulary takes): a chief that stops before
+        (an error, a kill) is noticed by the coordination service's heartbeats
+        within seconds. Only then is the marker looked for, for up to
+        ``timeout`` seconds (a shared filesystem may show it late).
+        """
+        try:
+            self.from_chief(0)
+        except LOST as error:
+            raise ClusterError(
+                f"{self.name}: the chief (worker 0) stopped before it prepared {model_dir} ({first_line(error)}). "
+                "Its log says why; run every worker's command again once it is fixed"
+            ) from None
         wait_for_chief(model_dir, token, timeout, self.name)
         return run_dir.load_run(model_dir)  # this launch's: written before the marker
 
@@ -113,7 +132,7 @@ class Cluster:
 
 
 def wait_for_chief(model_dir: str, token: int, seconds: float, name: str) -> None:
-    """Waits until the chief has written this launch's marker in ``model_dir``: then its files are there."""
+    """Waits until the marker of this launch, written by the chief, shows in ``model_dir`` (then its files do)."""
     marker = os.path.join(model_dir, MARKER)
     deadline = time.monotonic() + seconds
     seen = None
@@ -128,10 +147,10 @@ def wait_for_chief(model_dir: str, token: int, seconds: float, name: str) -> Non
         time.sleep(0.5)
     found = "holds the marker of another launch" if seen is not None else f"has no {MARKER}"
     raise ClusterError(
-        f"{name}: waited {seconds:g} s for the chief (worker 0) to prepare {model_dir}, which {found}. Every worker "
-        "must see the chief's --model_dir: put it on a shared filesystem, or use a path tf.io.gfile reads on all "
-        "machines (gs://…). If the chief is still training the vocabulary, raise --worker_timeout, or put a "
-        "prepared sp.model in --model_dir"
+        f"{name}: the chief (worker 0) has prepared {model_dir}, but after {seconds:g} s this worker's view of it "
+        f"{found}. Every worker must see the chief's --model_dir: put it on a shared filesystem, or use a path "
+        "tf.io.gfile reads on all machines (gs://…); a filesystem slow to show new files needs a higher "
+        "--worker_timeout"
     )
 
 

@@ -63,9 +63,14 @@ def train_multi_worker(prepared: PreparedRun) -> dict:
     cluster, model, strategy = prepared.cluster, prepared.model, prepared.strategy
     distributed = strategy.distribute_datasets_from_function(replica_dataset_fn(prepared.stream()))
     step = _train_step(model, strategy, bool(prepared.options.jit_compile))
-    evaluate = _evaluation(model, prepared.validation) if prepared.validation is not None else None
     callbacks = keras.callbacks.CallbackList(prepared.callbacks, model=model)
     requests = prepared.stop_requests  # only records this worker's wishes: the step's collective agrees on them
+
+    def agree() -> None:
+        """Between steps (validation, the epoch's end): every worker's wishes summed, for every worker alike."""
+        requests.agreed = [count > 0 for count in cluster.sum(requests.wanted())]
+
+    evaluate = _evaluation(model, prepared.validation, agree, requests) if prepared.validation is not None else None
 
     steps_per_epoch, total_micro = prepared.steps_per_epoch, prepared.total_micro
     start = time.perf_counter()
@@ -103,7 +108,8 @@ def train_multi_worker(prepared: PreparedRun) -> dict:
                         break
                 logs = {"loss": epoch_loss, "target_tokens": tokens}
                 if evaluate is not None:
-                    logs.update(evaluate())
+                    logs.update(evaluate())  # a signal meanwhile stops it (StopRequests.on_test_batch_end)
+                agree()  # a signal since the last step stops before the epoch's dev BLEU
                 callbacks.on_epoch_end(epoch, logs)
                 for key, value in logs.items():
                     history.setdefault(key, []).append(float(value))
@@ -166,12 +172,15 @@ def _train_step(model: keras.Model, strategy: tf.distribute.Strategy, jit_compil
     return step
 
 
-def _evaluation(model: keras.Model, validation: tf.data.Dataset):
+def _evaluation(model: keras.Model, validation: tf.data.Dataset, agree, requests):
     """Validation on the whole dev set, by each worker on its own: ``{"val_loss", "val_perplexity"}``.
 
     ``val_loss`` is weighted as Keras weights it under ``fit`` on one device (each
     batch's token mean by its rows); ``val_perplexity`` is over the dev set's
-    tokens, the same in every layout.
+    tokens, the same in every layout. After each batch the workers agree
+    (``agree``, a small collective) on the wishes to stop, and ``requests``
+    (``StopRequests``) acts on a signal as under ``fit``: every worker
+    validates the same batches, so all stop at the same one.
     """
     loss_fn = model.loss
     perplexity = TokenPerplexity()
@@ -185,10 +194,12 @@ def _evaluation(model: keras.Model, validation: tf.data.Dataset):
     def evaluate() -> dict[str, float]:
         perplexity.reset_state()
         total, rows = 0.0, 0
-        for features, labels in validation:
+        for index, (features, labels) in enumerate(validation):
             loss, count = batch(features, labels)
             total += float(loss) * int(count)
             rows += int(count)
+            agree()
+            requests.on_test_batch_end(index)
         return {"val_loss": total / max(rows, 1), "val_perplexity": float(perplexity.result())}
 
     return evaluate
