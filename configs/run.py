@@ -53,5 +53,5 @@ class RunOptions:
     log_every: int = 50
     max_minutes: float | None = None
     init_from: str | None = None  # a run directory or checkpoint whose weights start a new run (fine-tuning)
-    worker_timeout: float = 600.0  # multi_worker: seconds a worker waits for the chief's vocabulary and config.json
+    worker_timeout: float = 600.0  # multi_worker: seconds a worker waits to see the chief's sp.model, config.json
     verbose: int | str = "auto"  # 0: no progress lines; anything else: one per epoch (and a minute)

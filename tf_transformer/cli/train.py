@@ -79,9 +79,10 @@ flags.DEFINE_string(
 flags.DEFINE_float(
     "worker_timeout",
     600.0,
-    "--strategy multi_worker: seconds a worker waits for the chief to prepare --model_dir (its vocabulary and "
-    "config.json) before stopping with an error. A worker that dies while training is noticed by TensorFlow's "
-    "coordination-service heartbeats within seconds, whatever this value (docs/distributed.md).",
+    "--strategy multi_worker: seconds a worker waits to see the files the chief has prepared in --model_dir "
+    "(its vocabulary and config.json; a shared filesystem may show them late) before stopping with an error. "
+    "Waiting for the chief itself has no limit while it runs: a chief or worker that dies is noticed by "
+    "TensorFlow's coordination-service heartbeats within seconds, whatever this value (docs/distributed.md).",
     lower_bound=1.0,
 )
 flags.DEFINE_multi_string("set", [], "Override a config field, e.g. --set dropout=0.2 (repeatable).")
