@@ -176,7 +176,8 @@ def save_json(path: str, value) -> None:
 
 
 def copy_file(source: str, target: str) -> None:
-    """Copies ``source`` to ``target`` (any ``tf.io.gfile`` paths) whole (:func:`write_bytes`)."""
+    """Copies ``source`` to ``target`` (any ``tf.io.gfile`` paths) whole (:func:`write_bytes`), by way of
+    memory: for small files (a vocabulary)."""
     try:
         with tf.io.gfile.GFile(source, "rb") as handle:
             data = handle.read()
