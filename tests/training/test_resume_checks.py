@@ -186,6 +186,21 @@ def test_tft_train_refuses_a_changed_precision_as_a_usage_error(tmp_path, corpus
     assert (run / "config.json").read_bytes() == before
 
 
+def test_tft_train_refuses_another_model_config_as_a_usage_error(tmp_path, corpus):
+    """A --model_dir holding a run of another model config: exit status 1 naming the fields, no traceback."""
+    from tf_transformer import run_dir
+
+    run = tmp_path / "run"
+    run.mkdir()
+    run_dir.save_run(str(run), get_config("small"), {})
+    before = (run / "config.json").read_bytes()
+    command = [str(BIN / "tft-train"), "--config=tiny", f"--data={corpus}", "--dev_split=", f"--model_dir={run}"]
+    refused = subprocess.run([*command, "--train_steps=1", "--vocab_size=120"], capture_output=True, text=True)
+    assert refused.returncode == 1, refused.stderr[-3000:]
+    assert "different model config" in refused.stderr and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    assert (run / "config.json").read_bytes() == before
+
+
 @pytest.mark.parametrize(
     "garbled",
     [b'model_checkpoint_path: "ckpt-2"\nall_model_che', b'model_checkpoint_path: "ckpt-2"\n\xff\x00', b""],

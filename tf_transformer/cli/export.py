@@ -6,6 +6,7 @@ tft-export --model_dir runs/m30k --output saved_models/multi30k_en_de/1
 from __future__ import annotations
 
 import json
+import sys
 
 from absl import app, flags
 
@@ -76,7 +77,7 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     if FLAGS.alignment_layer is not None and (not FLAGS.alignment or FLAGS.ids_only):
         raise app.UsageError("--alignment_layer needs the alignment signature: not with --noalignment or --ids_only")
-    from tf_transformer.files import WriteError
+    from tf_transformer.files import ReadError, WriteError
     from tf_transformer.inference.decode_options import DecodeOptions
     from tf_transformer.inference.export import export_run
     from tf_transformer.run_dir import CheckpointError, default_checkpoint
@@ -108,6 +109,8 @@ def main(argv):
         )
     except (FileNotFoundError, FileExistsError, CheckpointError, WriteError, ValueError) as error:
         raise app.UsageError(str(error)) from None
+    except ReadError as error:  # the checkpoint list could not be read: nothing was written
+        sys.exit(f"tft-export: {error}")
     print(json.dumps({"exported": path, "checkpoint": checkpoint}))
 
 

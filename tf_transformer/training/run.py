@@ -100,7 +100,7 @@ def check_model_dir(model_dir: str, config: TransformerConfig) -> None:
         stored, _ = run_dir.load_run(model_dir)
         differing = [name for name, _, _ in config_differences(stored, config)]
         if differing:
-            raise ValueError(
+            raise resume.ResumeError(
                 f"{model_dir} holds a run with a different model config (fields: {', '.join(differing)}); "
                 "use a new --model_dir or the original --config"
             )
