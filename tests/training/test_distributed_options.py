@@ -21,15 +21,13 @@ def test_xla_over_logical_cpu_devices_is_refused_with_a_clear_message():
     check(RunOptions(data="corpus", strategy="one_device", jit_compile=True), one_device)  # one device: XLA works
 
 
-@pytest.mark.parametrize(
-    "change, option",
-    [({"precision": "mixed_float16"}, "--precision mixed_float16"), ({"jit_compile": True}, "--jit_compile")],
-)
-def test_multi_worker_refuses_what_it_cannot_do_here(change, option):
-    if change.get("jit_compile") and tf.config.list_logical_devices("GPU"):
+def test_multi_worker_refuses_xla_on_cpu_workers_and_takes_mixed_float16():
+    if tf.config.list_logical_devices("GPU"):
         pytest.skip("XLA is allowed on GPU workers")
-    with pytest.raises(OptionError, match=option):
-        check(RunOptions(data="corpus", strategy="multi_worker", **change), tf.distribute.get_strategy())
+    with pytest.raises(OptionError, match="--jit_compile"):
+        check(RunOptions(data="corpus", strategy="multi_worker", jit_compile=True), tf.distribute.get_strategy())
+    # One overflow verdict for every worker (training/update.py): loss scaling works across workers.
+    check(RunOptions(data="corpus", strategy="multi_worker", precision="mixed_float16"), tf.distribute.get_strategy())
 
 
 def test_a_worker_is_compared_with_the_chief_on_every_option_and_config_field():

@@ -400,3 +400,26 @@ def test_a_signal_during_validation_stops_every_worker_before_dev_bleu(corpus, t
     assert chief["dev_bleu"] is None  # stopped before the epoch's dev BLEU
     reader = tf.train.load_checkpoint(str(run / "checkpoints" / "ckpt-2"))
     assert int(reader.get_tensor("data_position/.ATTRIBUTES/VARIABLE_VALUE")) == 5
+
+
+def test_two_workers_in_mixed_float16_agree_on_every_overflow(corpus, tmp_path):
+    """The loss scale starts at 2**26, so updates overflow and are skipped; each worker holds half of every
+    batch, so an overflow may show on one only. One verdict from the summed gradients: both workers skip the
+    same updates and end with the same tensors (a worker that applied an update the other skipped would not)."""
+    run = tmp_path / "multi"
+    harness = [sys.executable, "-m", "tests.training.high_loss_scale", "--strategy=multi_worker"]
+    command = [*harness, "--precision=mixed_float16", *flags(corpus, run, "--train_steps=6", "--accumulate_steps=2")]
+    for code, stderr in finish(start_workers(2, lambda index: command)):
+        assert code == 0, stderr[-3000:]
+    summary = json.loads((run / "train_summary.json").read_text())
+    assert summary["steps"] == 6
+    chief = tf.train.load_checkpoint(str(run / "checkpoints" / "ckpt-6"))
+    other = tf.train.load_checkpoint(str(run / ".worker-1" / "checkpoints" / "ckpt-6"))
+    assert int(chief.get_tensor("data_position/.ATTRIBUTES/VARIABLE_VALUE")) > 12, "no update was skipped"
+    names = [n for n in chief.get_variable_to_shape_map() if not n.startswith(("save_counter", "_CHECKPOINTABLE"))]
+    assert sorted(names) == sorted(n for n in other.get_variable_to_shape_map() if n in names)
+    for name in names:
+        value = chief.get_tensor(name)
+        np.testing.assert_array_equal(other.get_tensor(name), value, err_msg=name)
+        if value.dtype.kind == "f":
+            assert np.isfinite(value).all(), name

@@ -41,12 +41,12 @@ class Resolved:
     defaulted: tuple[str, ...] = ()
 
 
-def choose_precision(strategy_name: str = "auto") -> tuple[str, str]:
+def choose_precision() -> tuple[str, str]:
     """``(precision, reason)`` for ``--precision auto`` on this machine.
 
     GPUs: ``mixed_bfloat16`` from compute capability 8.0 (bfloat16 tensor
-    cores), else ``mixed_float16`` where the layout supports its loss scaling
-    (not ``multi_worker``), else ``float32``. CPUs: ``mixed_bfloat16`` where
+    cores), else ``mixed_float16`` (its loss scaling decides once for every
+    replica and worker: :mod:`.update`). CPUs: ``mixed_bfloat16`` where
     the CPU has a bfloat16 unit (:data:`BFLOAT16_CPU_FLAGS`), else ``float32``:
     emulated bfloat16 is slower than float32 (docs/benchmarks.md).
     """
@@ -56,8 +56,6 @@ def choose_precision(strategy_name: str = "auto") -> tuple[str, str]:
         lowest = min((c for c in capabilities if c), default=None)
         if lowest and lowest >= (8, 0):
             return "mixed_bfloat16", f"GPUs of compute capability {lowest[0]}.{lowest[1]} compute in bfloat16"
-        if strategy_name == "multi_worker":
-            return "float32", "GPUs below compute capability 8.0, and multi_worker does not support mixed_float16"
         found = f"{lowest[0]}.{lowest[1]}" if lowest else "unknown"
         return "mixed_float16", f"GPUs of compute capability {found} (below 8.0) compute in float16, not bfloat16"
     model, flags = cpu_info()
@@ -77,7 +75,7 @@ def resolve(options: RunOptions, strategy: tf.distribute.Strategy) -> Resolved:
     reason = "given by --precision"
     precision = options.precision
     if precision == "auto":
-        precision, reason = choose_precision(options.strategy)
+        precision, reason = choose_precision()
     jit_compile = default_jit_compile() if options.jit_compile is None else options.jit_compile
     resolved = dataclasses.replace(options, precision=precision, jit_compile=jit_compile)
     check(resolved, strategy)
@@ -91,11 +89,6 @@ def check(options: RunOptions, strategy: tf.distribute.Strategy) -> None:
     """Refuses, with what to do instead, the combinations that fail (or are wrong) in TensorFlow or Keras."""
     gpus = tf.config.list_logical_devices("GPU")
     if options.strategy == "multi_worker":
-        if options.precision == "mixed_float16":
-            raise OptionError(
-                "--precision mixed_float16 is not supported with --strategy multi_worker (its loss scaling would "
-                "skip steps on some workers' say); use mixed_bfloat16 or float32"
-            )
         if options.jit_compile and not gpus:
             raise OptionError(
                 "--jit_compile with --strategy multi_worker is supported on GPU workers only (XLA on CPUs "
