@@ -90,12 +90,18 @@ def apply_update(optimizer, loss_scale, gradients, variables=None) -> None:
     learning_rate = optimizer.learning_rate
     apply = tf.logical_and(last, finite)
 
+    always = steps == 1 and loss_scale is None  # every call updates: no condition in the graph
+
     def distributed_update(distribution, sums, apply, last, scale, learning_rate):
         def update_variable(variable, total, apply, scale, learning_rate):
             def step():
-                optimizer.update_step(total / tf.cast(steps, total.dtype) / scale, variable, learning_rate)
+                mean = total if always else total / (tf.cast(steps, total.dtype) * scale)  # unscaled, averaged
+                optimizer.update_step(mean, variable, learning_rate)
 
-            tf.cond(apply, step, lambda: None)
+            if always:
+                step()
+            else:
+                tf.cond(apply, step, lambda: None)
 
         def update_accumulator(accumulator, total, last):
             def reset():
