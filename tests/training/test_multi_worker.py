@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.checkpoints import assert_identical, latest_step
 from tests.corpora import write_corpus
 from tf_transformer.run_dir import restore_model
 
@@ -260,28 +261,6 @@ def fault_command(corpus, model_dir):
     return [str(BIN / "tft-train"), "--strategy=multi_worker", "--worker_timeout=60", *fault_flags(corpus, model_dir)]
 
 
-def all_tensors(run, step):
-    reader = tf.train.load_checkpoint(str(run / "checkpoints" / f"ckpt-{step}"))
-    return {
-        name: reader.get_tensor(name)
-        for name in reader.get_variable_to_shape_map()
-        if not name.startswith(("save_counter", "_CHECKPOINTABLE_OBJECT_GRAPH"))
-    }
-
-
-def assert_every_tensor_equal(run, reference):
-    got, expected = all_tensors(run, FAULT_STEPS), all_tensors(reference, FAULT_STEPS)
-    assert sorted(got) == sorted(expected)
-    assert any("seed" in name for name in got), "the dropout random state is not in the checkpoint"
-    for name, value in expected.items():
-        np.testing.assert_array_equal(got[name], value, err_msg=name)
-
-
-def latest_step(run) -> int:
-    latest = tf.train.latest_checkpoint(str(run / "checkpoints"))
-    return int(latest.rsplit("-", 1)[1]) if latest else 0
-
-
 def wait_for_checkpoint(run, step, workers):
     deadline = time.monotonic() + 300
     while not (run / "checkpoints" / f"ckpt-{step}.index").exists():
@@ -319,7 +298,7 @@ def test_two_workers_killed_between_checkpoints_resume_every_tensor(corpus, faul
     landed = latest_step(run)
     assert 5 <= landed < FAULT_STEPS, "the kill landed after the last checkpoint: nothing was resumed"
     rerun(corpus, run)
-    assert_every_tensor_equal(run, fault_reference)
+    assert_identical(run, fault_reference, FAULT_STEPS)
 
 
 def test_sigterm_to_one_worker_saves_one_boundary_on_all_and_the_rerun_is_exact(corpus, fault_reference, tmp_path):
@@ -341,7 +320,7 @@ def test_sigterm_to_one_worker_saves_one_boundary_on_all_and_the_rerun_is_exact(
     assert chief["steps"] == other["steps"] == latest_step(run) < FAULT_STEPS  # one boundary, saved by all
     assert tf.train.latest_checkpoint(str(run / ".worker-1" / "checkpoints")).endswith(f"ckpt-{chief['steps']}")
     rerun(corpus, run)
-    assert_every_tensor_equal(run, fault_reference)
+    assert_identical(run, fault_reference, FAULT_STEPS)
 
 
 def test_a_damaged_newest_checkpoint_is_passed_over_by_every_worker(corpus, fault_reference, tmp_path):
@@ -356,7 +335,7 @@ def test_a_damaged_newest_checkpoint_is_passed_over_by_every_worker(corpus, faul
     for code, stderr in results:
         assert code == 0, stderr[-3000:]
     assert "ckpt-7" in results[0][1] and "Resumed from" in results[0][1]
-    assert_every_tensor_equal(run, fault_reference)
+    assert_identical(run, fault_reference, FAULT_STEPS)
 
 
 @pytest.mark.parametrize("where", ["refused_model_dir", "vocabulary"])

@@ -8,9 +8,10 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 import tensorflow as tf
+
+from tests.checkpoints import assert_identical, latest_step
 
 BIN = pathlib.Path(sys.executable).parent
 STEPS = 24
@@ -41,17 +42,12 @@ def _run(command):
     return done
 
 
-def _latest_step(model_dir) -> int:
-    latest = tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
-    return int(latest.rsplit("-", 1)[1]) if latest else 0
-
-
 def _interrupt(command, model_dir, after_step: int, delay: float, sig=signal.SIGKILL):
     """Starts ``command`` and sends ``sig`` ``delay`` seconds after checkpoint ``after_step`` is listed."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 300
-        while time.time() < deadline and _latest_step(model_dir) < after_step and process.poll() is None:
+        while time.time() < deadline and latest_step(model_dir) < after_step and process.poll() is None:
             time.sleep(0.02)
         time.sleep(delay)
         process.send_signal(sig)
@@ -59,25 +55,8 @@ def _interrupt(command, model_dir, after_step: int, delay: float, sig=signal.SIG
     finally:
         if process.poll() is None:
             process.kill()
-    assert _latest_step(model_dir) < STEPS, "the run ended before it was interrupted: nothing was tested"
+    assert latest_step(model_dir) < STEPS, "the run ended before it was interrupted: nothing was tested"
     return process.returncode, out, err
-
-
-def _tensors(model_dir, step: int) -> dict:
-    reader = tf.train.load_checkpoint(str(model_dir / "checkpoints" / f"ckpt-{step}"))
-    return {
-        name: reader.get_tensor(name)
-        for name in reader.get_variable_to_shape_map()
-        if not name.startswith(("save_counter", "_CHECKPOINTABLE_OBJECT_GRAPH"))
-    }
-
-
-def _assert_identical(model_dir, reference_dir):
-    got, expected = _tensors(model_dir, STEPS), _tensors(reference_dir, STEPS)
-    assert sorted(got) == sorted(expected)
-    assert any("seed" in name for name in got), "the dropout random state is not in the checkpoint"
-    for name, value in expected.items():
-        np.testing.assert_array_equal(got[name], value, err_msg=name)
 
 
 @pytest.mark.slow
@@ -96,7 +75,7 @@ def test_killed_twice_and_rerun_ends_bit_identical(tmp_path, train_corpus_dir, p
     assert code == -signal.SIGKILL
     resumed = _run(command)
     assert "Resumed from" in resumed.stderr
-    _assert_identical(run, reference)
+    assert_identical(run, reference, STEPS)
 
 
 @pytest.mark.slow
@@ -110,13 +89,13 @@ def test_preempted_run_checkpoints_exits_and_resumes_bit_identical(tmp_path, tra
     command = _command(train_corpus_dir, run, "float32", 2)
     code, out, err = _interrupt(command, run, after_step=EVERY, delay=0.15, sig=sig)
     assert code == 128 + sig, err[-3000:]
-    stopped_at = _latest_step(run)
+    stopped_at = latest_step(run)
     assert stopped_at > EVERY and stopped_at % EVERY, "no checkpoint at the step the signal arrived"
     assert f"ckpt-{stopped_at}" in err and signal.Signals(sig).name in err
     summary = json.loads((run / "train_summary.json").read_text())
     assert summary["stopped_by"] == signal.Signals(sig).name and summary["steps"] == stopped_at
     _run(command)
-    _assert_identical(run, reference)
+    assert_identical(run, reference, STEPS)
 
 
 @pytest.mark.slow
@@ -149,8 +128,7 @@ def test_skipped_mixed_float16_steps_count_as_data_taken(tmp_path, corpus_dir, m
     assert position > 3, "no step was skipped: the test needs a higher initial loss scale"
     keras.config.set_dtype_policy("float32")
     train(config, options(6), str(run))
-    monkeypatch.setattr(sys.modules[__name__], "STEPS", 6)
-    _assert_identical(run, reference)
+    assert_identical(run, reference, 6)
 
 
 @pytest.mark.slow
@@ -171,15 +149,12 @@ def test_mirrored_accumulation_killed_after_a_mid_update_epoch_checkpoint_resume
     run = tmp_path / "run"
     code, _, _ = _interrupt(command(run), run, after_step=7, delay=0.3)
     assert code == -signal.SIGKILL
-    assert _latest_step(run) == 7, "the kill did not land after the mid-update checkpoint ckpt-7"
+    assert latest_step(run) == 7, "the kill did not land after the mid-update checkpoint ckpt-7"
     reader = tf.train.load_checkpoint(str(run / "checkpoints" / "ckpt-7"))
     assert int(reader.get_tensor("data_position/.ATTRIBUTES/VARIABLE_VALUE")) == 15  # mid-update: 7 × 2 + 1
     resumed = _run(command(run))
     assert "Resumed from" in resumed.stderr and "ckpt-7" in resumed.stderr
-    got, expected = _tensors(run, steps), _tensors(reference, steps)
-    assert sorted(got) == sorted(expected)
-    for name, value in expected.items():
-        np.testing.assert_array_equal(got[name], value, err_msg=name)
+    assert_identical(run, reference, steps)
 
 
 @pytest.mark.slow
@@ -209,6 +184,6 @@ def test_a_signal_during_validation_stops_it_with_the_epochs_checkpoint(tmp_path
     summary = train(get_config("tiny"), options, str(tmp_path / "run"))
     assert batches == [0]  # validation stopped at its first batch
     assert summary["stopped_by"] == "SIGTERM" and summary["dev_bleu"] is None
-    assert summary["steps"] == 2 and _latest_step(tmp_path / "run") == 2
+    assert summary["steps"] == 2 and latest_step(tmp_path / "run") == 2
     reader = tf.train.load_checkpoint(str(tmp_path / "run" / "checkpoints" / "ckpt-2"))
     assert int(reader.get_tensor("data_position/.ATTRIBUTES/VARIABLE_VALUE")) == 5  # the first epoch, mid-update
