@@ -213,7 +213,8 @@ def test_a_garbled_checkpoint_state_resumes_from_the_checkpoint_files(copy_run, 
     checkpoints = run / "checkpoints"
     (checkpoints / "checkpoint").write_bytes(garbled)
     before = {name: value for name, value in _snapshot(run).items() if name.startswith("ckpt-")}
-    with caplog.at_level(logging.INFO):
+    # The absl logger's own level: an earlier test (tft-demo) may have set absl's verbosity to WARNING.
+    with caplog.at_level(logging.INFO, logger="absl"):
         summary = train(get_config("tiny"), _options(corpus, train_steps=3), str(run))
     assert summary["steps"] == 3
     assert "Resumed from" in caplog.text and "ckpt-2" in caplog.text
