@@ -16,6 +16,8 @@ INSTALL_REQUIRES = [
     "numpy>=1.26,<3",
     # Attention figures (tft-attention) and TensorBoard's attention images during training.
     "matplotlib==3.11.2",
+    # Constituency parsing (section 6.3): Penn Treebank trees and Penn Treebank tokenization.
+    "nltk==3.10.4",
 ]
 
 EXTRAS_REQUIRE = {
@@ -28,7 +30,6 @@ EXTRAS_REQUIRE = {
         "torch==2.13.0",
         "ctranslate2==4.8.5",
         "tokenizers==0.23.3",
-        "nltk==3.10.4",
     ],
 }
 
@@ -54,6 +55,7 @@ setup(
             "tft-serve=tf_transformer.cli.serve:run",
             "tft-evaluate=tf_transformer.cli.evaluate:run",
             "tft-attention=tf_transformer.cli.attention:run",
+            "tft-parse=tf_transformer.cli.parse:run",
         ]
     },
     license="Apache-2.0",

@@ -30,6 +30,8 @@ class RunOptions:
     """
 
     data: str
+    task: str = "translation"  # tf_transformer.tasks: translation (6.1) or parsing (6.3)
+    linearization: str | None = None  # parsing: how a tree is written as symbols ("xx" or "tags")
     src: str = "en"
     tgt: str = "de"
     train_split: str = "train"

@@ -3,7 +3,8 @@
 The presets follow the paper (Vaswani et al., 2017): ``base`` and ``big`` are the
 bottom and top rows of Table 3, and ``A1`` … ``E`` are the Table 3 variations,
 top to bottom as printed ("unlisted values are identical to those of the base
-model"). ``tiny`` is for tests and ``small`` trains on a 2-core CPU in minutes.
+model"). ``tiny`` is for tests and ``small`` trains on a 2-core CPU in minutes. ``parsing`` is section 6.3's
+model and ``parsing_cpu`` its CPU counterpart.
 
 Every departure from the paper is a named field whose default is the paper's
 choice (``pre_norm=False``, ``position="sinusoidal"``, ``shared_embeddings=True``).
@@ -235,6 +236,41 @@ PRESETS: dict[str, TransformerConfig] = {
     "base": _BASE,
     "big": _BASE.replace(name="big", d_model=1024, d_ff=4096, num_heads=16, dropout=0.3, train_steps=300_000),
     **{name: _BASE.replace(name=name, **changes) for name, changes in _TABLE3.items()},
+    # Section 6.3: English constituency parsing, "a 4-layer transformer with d_model = 1024", beam 21,
+    # α = 0.3, outputs up to input length + 300. Targets are whole symbols (docs/parsing.md), about
+    # 62 a sentence and up to ~570. Dropout: docs/parsing.md says how it was chosen.
+    "parsing": _BASE.replace(
+        name="parsing",
+        num_layers=4,
+        d_model=1024,
+        d_ff=4096,
+        num_heads=16,
+        dropout=0.3,
+        vocab_size=16000,
+        max_train_length=640,
+        beam_size=21,
+        alpha=0.3,
+        max_extra_length=300,
+    ),
+    # The parsing task within 40 minutes on a 2-core CPU (benchmarks/parsing.py): the WSJ sample's
+    # ~3,400 trees, so a small model, strong dropout and many epochs.
+    "parsing_cpu": _BASE.replace(
+        name="parsing_cpu",
+        num_layers=4,
+        d_model=256,
+        d_ff=1024,
+        num_heads=4,
+        dropout=0.3,
+        vocab_size=4000,
+        train_steps=20000,
+        warmup_steps=1000,
+        learning_rate_scale=1.0,
+        tokens_per_batch=2048,
+        max_train_length=640,
+        beam_size=21,
+        alpha=0.3,
+        max_extra_length=300,
+    ),
 }
 
 
@@ -260,7 +296,7 @@ def parse_overrides(settings: list[str]) -> dict[str, Any]:
 
 
 def preset_names() -> list[str]:
-    """The names ``--config`` accepts: tiny, small, base, big, then Table 3's rows."""
+    """The names ``--config`` accepts: tiny, small, base, big, Table 3's rows, then the parsing presets."""
     return list(PRESETS)
 
 

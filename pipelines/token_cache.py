@@ -34,12 +34,12 @@ def tokenize_pairs(pairs: tf.data.Dataset, tokenizer: Tokenizer) -> tf.data.Data
     """
 
     def tokenize(source, target):
-        def ids(text):
-            tokens = tokenizer.tokenize(tf.strings.strip(text))  # [batch, (len)]
+        def ids(text, tokenize):
+            tokens = tokenize(tf.strings.strip(text))  # [batch, (len)]
             eos = tf.fill([tokens.nrows(), 1], tf.constant(EOS_ID, tf.int32))  # [batch, 1]
             return tf.concat([tokens, eos], axis=1)  # [batch, (len + 1)]
 
-        return {"inputs": ids(source), "targets": ids(target)}
+        return {"inputs": ids(source, tokenizer.tokenize), "targets": ids(target, tokenizer.tokenize_target)}
 
     return (
         pairs.batch(_TOKENIZE_BATCH)
@@ -51,6 +51,8 @@ def tokenize_pairs(pairs: tf.data.Dataset, tokenizer: Tokenizer) -> tf.data.Data
 def _cache_key(corpus: ParallelText, tokenizer: Tokenizer) -> str:
     digest = hashlib.sha256()
     digest.update(f"v{CACHE_VERSION}|{corpus.fingerprint()}|".encode())
+    if tokenizer.target_symbols:  # the same files tokenized another way
+        digest.update(f"symbols {tokenizer.symbol_pattern}|".encode())
     digest.update(tokenizer.model_proto)
     return digest.hexdigest()[:20]
 

@@ -13,7 +13,7 @@ import io
 import os
 import random
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import sentencepiece as spm
 import tensorflow as tf
@@ -47,6 +47,7 @@ def train_sentencepiece(
     byte_fallback: bool = False,
     seed: int = 0,
     max_sentence_length: int = 4192,
+    user_defined_symbols: Sequence[str] = (),
 ) -> str:
     """Trains a shared SentencePiece model on both sides of ``pairs`` and writes ``model_path``.
 
@@ -63,6 +64,8 @@ def train_sentencepiece(
       max_sentence_length: longer sentences (in UTF-8 bytes) are left out of
         vocabulary training, and counted in a warning: SentencePiece would skip
         them without a word. They stay in the corpus for training.
+      user_defined_symbols: pieces the model holds whole, each one id (a
+        parser's target symbols); they count toward ``vocab_size``.
 
     Returns:
       ``model_path``.
@@ -98,6 +101,7 @@ def train_sentencepiece(
         max_sentence_length=max_sentence_length,
         num_threads=os.cpu_count() or 1,
         minloglevel=2,
+        **({"user_defined_symbols": list(user_defined_symbols)} if user_defined_symbols else {}),
     )
     directory = os.path.dirname(os.path.abspath(model_path))
     os.makedirs(directory, exist_ok=True)
@@ -113,10 +117,18 @@ class Tokenizer(tf.Module):
     ``tokenize`` maps ``string[batch]`` to ``int32`` ragged ids (no BOS/EOS);
     ``detokenize`` maps ids (ragged or padded with 0) back to strings, dropping
     padding, BOS and EOS. Ids equal the ``sentencepiece`` library's.
+
+    With a ``symbol_pattern`` (a parser's targets), a target is tokens
+    separated by spaces: a token the pattern matches whole is a symbol, one
+    piece of the model (an unknown one is UNK); any other token is a word, as
+    SentencePiece pieces. ``detokenize_target`` writes symbols and words back
+    separated by single spaces. Without one, both sides are text and the
+    ``_target`` methods are ``tokenize`` and ``detokenize``.
     """
 
-    def __init__(self, model_path: str, name: str = "tokenizer"):
+    def __init__(self, model_path: str, name: str = "tokenizer", symbol_pattern: str | None = None):
         super().__init__(name=name)
+        self.symbol_pattern = symbol_pattern
         with tf.io.gfile.GFile(model_path, "rb") as handle:
             self.model_proto = handle.read()
         self.model_path = model_path
@@ -164,3 +176,35 @@ class Tokenizer(tf.Module):
         keep = (ids != PAD_ID) & (ids != BOS_ID) & (ids != EOS_ID)  # UNK stays: it detokenizes to " ⁇ "
         ids = tf.ragged.boolean_mask(ids, keep)
         return self._eager_retry("detokenize", ids)
+
+    @property
+    def target_symbols(self) -> bool:
+        """Whether targets hold whole symbols (see the class)."""
+        return self.symbol_pattern is not None
+
+    def tokenize_target(self, strings):
+        """Targets ``string[batch]`` → ``int32`` RaggedTensor ``[batch, (len)]`` (see the class)."""
+        if not self.target_symbols:
+            return self.tokenize(strings)
+        tokens = tf.strings.split(strings)  # [batch, (tokens)]: runs of whitespace separate
+        flat = tokens.flat_values  # [tokens]
+        symbol = tf.strings.regex_full_match(flat, self.symbol_pattern)  # [tokens]
+        words = self.tokenize(flat)  # [tokens, (pieces)]: a symbol as text too, dropped below
+        words = tf.ragged.boolean_mask(words, words.with_flat_values(tf.repeat(~symbol, words.row_lengths())))
+        ids = self._eager_retry("string_to_id", flat)[:, None]  # [tokens, 1]
+        symbols = tf.ragged.boolean_mask(tf.RaggedTensor.from_tensor(ids), symbol[:, None])  # [tokens, (0 or 1)]
+        per_token = tf.concat([symbols, words], axis=1)  # [tokens, (pieces)]: a symbol's id, or a word's pieces
+        return tokens.with_flat_values(per_token).merge_dims(1, 2)  # [batch, (pieces)]
+
+    def detokenize_target(self, ids):
+        """Target ids ``int[batch, len]`` (ragged, or padded with 0) → ``string[batch]`` (see the class)."""
+        if not self.target_symbols:
+            return self.detokenize(ids)
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.RaggedTensor.from_tensor(ids, padding=PAD_ID)
+        ids = tf.ragged.boolean_mask(ids, (ids != PAD_ID) & (ids != BOS_ID) & (ids != EOS_ID))
+        pieces = self.pieces(ids)  # [batch, (len)]
+        symbol = tf.strings.regex_full_match(pieces.flat_values, self.symbol_pattern)
+        text = tf.where(symbol, " " + pieces.flat_values + " ", tf.strings.regex_replace(pieces.flat_values, "▁", " "))
+        joined = tf.strings.reduce_join(pieces.with_flat_values(text), axis=-1)  # [batch]
+        return tf.strings.strip(tf.strings.regex_replace(joined, " +", " "))

@@ -45,3 +45,29 @@ def tiny_options(data, **changes):
     )
     values.update(changes)
     return RunOptions(**values)
+
+
+def random_tree(rng, depth: int = 0) -> str:
+    """A small random Penn Treebank-style tree over :data:`WORDS` (with function tags, -NONE- and punctuation)."""
+    if depth >= 2 or rng.random() < 0.3:
+        return f"(NN {rng.choice(WORDS)})"
+    label = rng.choice(["NP-SBJ", "VP", "PP-LOC=2", "ADVP"])
+    children = [random_tree(rng, depth + 1) for _ in range(rng.integers(1, 4))]
+    if rng.random() < 0.2:
+        children.append("(-NONE- *T*-1)")
+    return f"({label} {' '.join(children)})"
+
+
+def write_treebank(directory, files: int = 4, trees: int = 25, seed: int = 0) -> list[str]:
+    """``wsj_0001.mrg`` … : ``files`` files of ``trees`` random trees each, written as the WSJ files are
+    (an unlabelled outer root, a final period). Returns the file paths."""
+    rng = np.random.default_rng(seed)
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for number in range(1, files + 1):
+        body = "\n".join(f"( (S {random_tree(rng)} {random_tree(rng)} (. .)) )" for _ in range(trees))
+        path = directory / f"wsj_{number:04d}.mrg"
+        path.write_text(body + "\n", encoding="utf-8")
+        paths.append(str(path))
+    return paths

@@ -11,7 +11,7 @@ TABLE3_ORDER = ["A1", "A2", "A3", "A4", "B1", "B2"] + [f"C{i}" for i in range(1,
 
 
 def test_preset_names_are_exactly_the_documented_ones_in_order():
-    assert preset_names() == ["tiny", "small", "base", "big"] + TABLE3_ORDER
+    assert preset_names() == ["tiny", "small", "base", "big"] + TABLE3_ORDER + ["parsing", "parsing_cpu"]
 
 
 def test_table3_rows_change_only_their_listed_values():

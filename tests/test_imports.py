@@ -26,10 +26,11 @@ RANKS = {
     "tf_transformer.run_dir": 4,
     "tf_transformer.evaluation": 4,
     "tf_transformer.attention_maps": 4,  # a model's weights for one translation: training and inference draw them
-    "tf_transformer.inference": 5,
-    "tf_transformer.training": 5,
-    "tf_transformer.serving": 6,
-    "tf_transformer.cli": 7,
+    "tf_transformer.tasks": 5,  # a task's data, targets, scores and decoding defaults: every later stage asks it
+    "tf_transformer.inference": 6,
+    "tf_transformer.training": 6,
+    "tf_transformer.serving": 7,
+    "tf_transformer.cli": 8,
 }
 # The exceptions, each with the names it may take (None: the module as a whole). Training's one
 # door into inference is the package's documented names (dev BLEU by greedy search); the root

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Sequence
 
 import tensorflow as tf
 from absl import logging
@@ -323,19 +324,37 @@ def data_cache_dir(model_dir: str) -> str:
 
 
 def make_vocabulary(
-    model_dir: str, corpus: pipelines.ParallelText, size: int, model_type: str = "bpe", seed: int = 1
+    model_dir: str,
+    corpus: pipelines.ParallelText,
+    size: int,
+    model_type: str = "bpe",
+    seed: int = 1,
+    text=None,
+    symbols: Sequence[str] = (),
+    symbol_pattern: str | None = None,
 ) -> pipelines.Tokenizer:
     """The run's tokenizer: ``model_dir/sp.model`` if there is one (a resumed run, or the user's), else one
-    trained on both sides of ``corpus`` (section 5.1: a shared source-target vocabulary)."""
+    trained on both sides of ``corpus`` (section 5.1: a shared source-target vocabulary).
+
+    A task may train it on other ``text`` pairs (a parser's: the words only) and
+    add ``symbols`` held whole; ``symbol_pattern``: see :class:`pipelines.Tokenizer`.
+    """
     path = vocabulary_path(model_dir)
     if not tf.io.gfile.exists(path):
         logging.info("Training a shared %s vocabulary of %d pieces on %s", model_type, size, corpus.paths)
         with tempfile.TemporaryDirectory() as local:  # SentencePiece writes a local file: then copied with gfile
             trained = os.path.join(local, VOCABULARY_FILE)
-            pipelines.train_sentencepiece(corpus.pairs(), trained, vocab_size=size, model_type=model_type, seed=seed)
+            pipelines.train_sentencepiece(
+                corpus.pairs() if text is None else text,
+                trained,
+                vocab_size=size,
+                model_type=model_type,
+                seed=seed,
+                user_defined_symbols=symbols,
+            )
             tf.io.gfile.makedirs(model_dir)
             copy_file(trained, path)
-    return pipelines.Tokenizer(path)
+    return pipelines.Tokenizer(path, symbol_pattern=symbol_pattern)
 
 
 def default_checkpoint(model_dir: str) -> str:

@@ -129,3 +129,15 @@ def apply_thread_flags(workers: int = 1) -> None:
         tf.config.threading.set_intra_op_parallelism_threads(intra)
     if inter:
         tf.config.threading.set_inter_op_parallelism_threads(inter)
+
+
+def model_task(model: str | None, model_dir: str | None):
+    """The task of an export (what it records) or of a run directory (its ``config.json``)."""
+    from tf_transformer.tasks import get_task, task_of_run
+
+    if model:
+        from tf_transformer.inference.export_info import read_export_info
+
+        info = read_export_info(model)
+        return get_task(info.task, info.linearization)
+    return task_of_run(model_dir)

@@ -1,11 +1,15 @@
-"""``tft-evaluate``: translate a test set and score it with sacreBLEU and chrF.
+"""``tft-evaluate``: decode a test set and score it: sacreBLEU and chrF, or a parser's EVALB F1.
 
     tft-evaluate --model saved_models/multi30k_en_de/1 --src test.en --ref test.de
     tft-evaluate --model_dir runs/m30k --src test.en --ref test.de --lowercase --tokenize 13a
+    tft-evaluate --model saved_models/ptb/1 --src dev.words --ref dev.mrg
 
-Scores detokenized, cased text by default (sacreBLEU's signature is printed);
-``--lowercase --tokenize 13a`` matches how most published tokenized BLEU is
-computed. The last line is one JSON object with bleu, chrf, signature, sentences.
+The task comes from the export or the run. Translation scores detokenized,
+cased text by default (sacreBLEU's signature is printed); ``--lowercase
+--tokenize 13a`` matches how most published tokenized BLEU is computed. A
+parser's ``--src`` holds one tokenized sentence per line and ``--ref`` its
+gold trees; outputs are repaired into trees first (docs/parsing.md). The last
+line is one JSON object with the scores.
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "Exported SavedModel directory.")
 flags.DEFINE_string("model_dir", None, "Or a training run directory (its averaged or newest checkpoint).")
 flags.DEFINE_string("src", None, "Source sentences, one per line.", required=True)
-flags.DEFINE_string("ref", None, "Reference translations, line-aligned with --src.", required=True)
+flags.DEFINE_string(
+    "ref", None, "Reference translations, line-aligned with --src (a parser: gold trees, .mrg).", required=True
+)
 flags.DEFINE_string("output", None, "Write the hypotheses here (default: print none).")
-flags.DEFINE_bool("lowercase", False, "Lowercase before BLEU.")
-flags.DEFINE_string("tokenize", "13a", "sacreBLEU tokenizer (13a, intl, none, …).")
+flags.DEFINE_bool("lowercase", False, "Lowercase before BLEU (translation).")
+flags.DEFINE_string("tokenize", None, "sacreBLEU tokenizer (13a, intl, none, …; translation; default 13a).")
 flags.DEFINE_integer("beam_size", None, "Beam size (--model_dir only).", lower_bound=1)
 flags.DEFINE_float("alpha", None, "Length penalty α (--model_dir only).")
 flags.DEFINE_integer("batch_size", 64, "Sentences per batch.", lower_bound=1)
@@ -36,11 +42,17 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     check_model_flags(FLAGS.model, FLAGS.model_dir)
     from pipelines import DataError
-    from tf_transformer.evaluation import read_test_set, score
+    from tf_transformer.cli import model_task
     from tf_transformer.inference.batch_translation import checked_sources, translate_lines, translate_with_checkpoint
 
+    task = model_task(FLAGS.model, FLAGS.model_dir)
+    metric_options = {"lowercase": FLAGS.lowercase, "tokenize": FLAGS.tokenize or "13a"}
+    if task.metric != "bleu":
+        if FLAGS.lowercase or FLAGS.tokenize:
+            raise app.UsageError(f"--lowercase and --tokenize are sacreBLEU's: this model's task is {task.name}")
+        metric_options = {}
     try:
-        sources, references = read_test_set(FLAGS.src, FLAGS.ref)  # exists, UTF-8, equal line counts
+        sources, references = task.read_test_set(FLAGS.src, FLAGS.ref)  # exists, UTF-8, aligned
         if FLAGS.model:  # every line within the export's maximum source length, or the line named
             sources = list(checked_sources(sources, FLAGS.model, FLAGS.src))
     except DataError as error:
@@ -68,11 +80,13 @@ def main(argv):
         hypotheses = [hyps[0][0] for hyps in results]
     print(file=sys.stderr)
     if FLAGS.output:
+        from tf_transformer.files import write_bytes
+
         os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output)), exist_ok=True)
-        with open(FLAGS.output, "w", encoding="utf-8") as handle:
-            handle.write("".join(f"{h}\n" for h in hypotheses))
-    result = score(hypotheses, references, lowercase=FLAGS.lowercase, tokenize=FLAGS.tokenize)
-    print(f"BLEU {result['bleu']:.2f} ({result['signature']})  chrF {result['chrf']:.2f}", file=sys.stderr)
+        shown = [task.postprocess(source, h) for source, h in zip(sources, hypotheses, strict=True)]
+        write_bytes(FLAGS.output, "".join(f"{h}\n" for h in shown).encode("utf-8"))
+    result = task.score(sources, hypotheses, references, **metric_options)
+    print(task.summary(result), file=sys.stderr)
     print(json.dumps(result))
 
 

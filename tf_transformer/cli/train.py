@@ -1,6 +1,7 @@
-"""``tft-train``: train a Transformer on parallel text with the paper's recipe.
+"""``tft-train``: train a Transformer with the paper's recipe, for translation or parsing.
 
     tft-train --config small --data ../shared/data/multi30k --src en --tgt de --model_dir runs/m30k
+    tft-train --task parsing --config parsing_cpu --data ../shared/data/ptb_sample/mrg --model_dir runs/ptb
 
 Flags can also come from a file: ``tft-train --flagfile=run.flags``.
 """
@@ -16,6 +17,7 @@ from absl import app, flags, logging
 
 from configs import PRECISIONS, STRATEGIES, preset_names
 from tf_transformer.cli import run_main
+from tf_transformer.tasks import TASK_NAMES
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("config", "small", preset_names(), "Preset: tiny, small, base, big or a Table 3 row.")
@@ -25,10 +27,35 @@ flags.DEFINE_string(
     "Corpus directory ({split}.{src}/{split}.{tgt} or {split}.tsv), file prefix, or tfds:NAME "
     "(e.g. tfds:wmt14_translate/de-en, written once to text files under $TFT_TEXT_CACHE).",
 )
+flags.DEFINE_enum(
+    "task",
+    "translation",
+    TASK_NAMES,
+    "translation (section 6.1: parallel text) or parsing (section 6.3: --data is a directory of Penn Treebank "
+    ".mrg files and the splits are file ranges; docs/parsing.md).",
+)
+flags.DEFINE_enum(
+    "linearization",
+    None,
+    ["xx", "tags", "words"],
+    "--task parsing: how a tree is written as target symbols: xx (every POS tag as the placeholder XX, "
+    "Vinyals et al. 2015; the default), tags (the POS tags kept, as tensor2tensor's WSJ problem) or words "
+    "(each preterminal written as its word; docs/parsing.md).",
+)
 flags.DEFINE_string("src", "en", "Source language code (file suffix).")
 flags.DEFINE_string("tgt", "de", "Target language code (file suffix).")
-flags.DEFINE_string("train_split", "train", "Training split name.")
-flags.DEFINE_string("dev_split", "val", "Development split for validation loss and BLEU ('' to skip).")
+flags.DEFINE_string(
+    "train_split",
+    None,
+    "Training split: its name (default train), or for --task parsing a range of treebank files "
+    "(default wsj_0001-wsj_0159).",
+)
+flags.DEFINE_string(
+    "dev_split",
+    None,
+    "Development split for validation loss and the dev score (BLEU, or F1 for parsing): a name (default val) "
+    "or a file range (default wsj_0160-wsj_0179); '' to skip.",
+)
 flags.DEFINE_string("model_dir", None, "Run directory: config, vocabulary, checkpoints, TensorBoard logs.")
 flags.DEFINE_integer("epochs", None, "Epochs (passes over the data) to train.", lower_bound=1)
 flags.DEFINE_integer(
@@ -104,8 +131,18 @@ def main(argv):
         raise app.UsageError("--data is required: a corpus directory or file prefix")
     if not FLAGS.model_dir:
         raise app.UsageError("--model_dir is required: where the run is written")
+    from tf_transformer.tasks import get_task
+
+    task = get_task(FLAGS.task)
+    train_split = task.splits.train if FLAGS.train_split is None else FLAGS.train_split
+    dev_split = task.splits.dev if FLAGS.dev_split is None else FLAGS.dev_split
+    if task.name == "parsing":
+        if not os.path.isdir(FLAGS.data):
+            raise app.UsageError(f"--data {FLAGS.data!r}: --task parsing reads a directory of treebank files")
+    elif FLAGS.linearization:
+        raise app.UsageError(f"--linearization is for --task parsing, not --task {task.name}")
     local = not FLAGS.data.startswith("tfds:")
-    if local and not os.path.exists(FLAGS.data) and not os.path.exists(f"{FLAGS.data}{FLAGS.train_split}.{FLAGS.src}"):
+    if local and not os.path.exists(FLAGS.data) and not os.path.exists(f"{FLAGS.data}{train_split}.{FLAGS.src}"):
         raise app.UsageError(f"--data {FLAGS.data!r}: no such directory or file prefix")
     from configs import get_config
     from pipelines import DataError
@@ -116,13 +153,18 @@ def main(argv):
     from tf_transformer.training.trainer import RunOptions, train
 
     logging.set_verbosity(logging.INFO)
-    config = get_config(FLAGS.config, **_overrides(FLAGS.set))
+    overrides = _overrides(FLAGS.set)
+    config = get_config(FLAGS.config, **overrides)
+    # The task's decoding settings (parsing: section 6.3's beam 21, α 0.3, input + 300), unless --set.
+    config = config.replace(**{name: value for name, value in task.decoding.items() if name not in overrides})
     options = RunOptions(
         data=FLAGS.data,
+        task=task.name,
+        linearization=(FLAGS.linearization or "xx") if task.name == "parsing" else None,
         src=FLAGS.src,
         tgt=FLAGS.tgt,
-        train_split=FLAGS.train_split,
-        dev_split=FLAGS.dev_split or None,
+        train_split=train_split,
+        dev_split=dev_split or None,
         epochs=FLAGS.epochs,
         train_steps=FLAGS.train_steps,
         steps_per_epoch=FLAGS.steps_per_epoch,

@@ -20,6 +20,7 @@ from tf_transformer.inference.batch_translation import (
     checked_sources,
     checkpoint_translate,
     export_translate,
+    postprocessed,
     translate_stream,
 )
 
@@ -90,6 +91,9 @@ def main(argv):
             translate = checkpoint_translate(FLAGS.model_dir, options, FLAGS.nbest, checkpoint)
     except (ValueError, FileNotFoundError) as error:
         raise app.UsageError(str(error)) from None
+    from tf_transformer.cli import model_task
+
+    translate = postprocessed(translate, model_task(FLAGS.model, FLAGS.model_dir).postprocess)  # a parser: trees
     lines = split_lines(sys.stdin.buffer, "<stdin>")  # the lines training and tft-evaluate would read
     if FLAGS.model:
         lines = checked_sources(lines, FLAGS.model, "<stdin>")  # a line over the export's limit is named

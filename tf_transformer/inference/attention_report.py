@@ -152,13 +152,13 @@ def run_attention(
     """
     import tensorflow as tf
 
-    from pipelines import Tokenizer
     from tf_transformer.attention_maps import attention_maps
     from tf_transformer.inference.translator import Translator
-    from tf_transformer.run_dir import restore_model, vocabulary_path
+    from tf_transformer.run_dir import restore_model
+    from tf_transformer.tasks import run_tokenizer
 
     model, config = restore_model(model_dir, checkpoint)
-    tokenizer = Tokenizer(vocabulary_path(model_dir))
+    tokenizer = run_tokenizer(model_dir)
     translator = Translator(model, tokenizer, options or DecodeOptions.from_config(config))
     piece = tokenizer.python_processor().id_to_piece
     results = []
@@ -167,7 +167,7 @@ def run_attention(
         ids, _, _ = translator.search(source)  # [1, beam, out_len]
         best = ids[0, 0].numpy()
         target = best[: hypothesis_length(best)]  # up to and with EOS
-        text = tokenizer.detokenize(tf.constant([target])).numpy()[0].decode("utf-8")
+        text = tokenizer.detokenize_target(tf.constant([target])).numpy()[0].decode("utf-8")
         results.append((sentence, text, attention_maps(model, source[0].numpy(), target, piece)))
     return results
 

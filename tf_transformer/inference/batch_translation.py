@@ -147,15 +147,15 @@ def checkpoint_translate(
     """``translate(batch of lines) → n-best [(text, score), …] per line`` with a run's checkpoint."""
     import tensorflow as tf
 
-    from pipelines import Tokenizer
     from tf_transformer.inference.translator import Translator
-    from tf_transformer.run_dir import restore_model, vocabulary_path
+    from tf_transformer.run_dir import restore_model
+    from tf_transformer.tasks import run_tokenizer
 
     model, config = restore_model(model_dir, checkpoint)
     options = options or DecodeOptions.from_config(config)
     if nbest > options.beam_size:
         raise ValueError(f"--nbest {nbest} exceeds --beam_size {options.beam_size}")
-    translator = Translator(model, Tokenizer(vocabulary_path(model_dir)), options)
+    translator = Translator(model, run_tokenizer(model_dir), options)
     run = tf.function(lambda texts: translator.translate(texts, nbest=nbest), reduce_retracing=True)
 
     def translate(batch):
@@ -168,3 +168,21 @@ def checkpoint_translate(
         ]
 
     return translate
+
+
+def postprocessed(
+    translate: Callable[[list[str]], list], postprocess: Callable[[str, str], str]
+) -> Callable[[list[str]], list]:
+    """``translate`` with each output text passed through ``postprocess(source, text)`` (a task's: a parser's
+    repair). Results keep their shape: ``(text, score, …)`` tuples, or n-best lists of them."""
+
+    def run(batch: list[str]) -> list:
+        results = translate(batch)
+        return [
+            [(postprocess(line, text), *rest) for text, *rest in result]
+            if isinstance(result, list)
+            else (postprocess(line, result[0]), *result[1:])
+            for line, result in zip(batch, results, strict=True)
+        ]
+
+    return run

@@ -32,16 +32,18 @@ import shutil
 import keras
 import tensorflow as tf
 
-from pipelines.vocab import Tokenizer
 from tf_transformer.files import replace_directory, staging_directory, write_failed
 from tf_transformer.inference.decode_options import DecodeOptions
 from tf_transformer.inference.export_info import ExportInfo, write_export_info
 from tf_transformer.inference.precision import inference_copy
 from tf_transformer.inference.translator import Translator
 from tf_transformer.run_dir import load_run, restore_model, vocabulary_path
+from tf_transformer.tasks import Task, run_tokenizer, task_of_run
 
 
-def export_info(translator: Translator, ids_only: bool, alignment_layer: int | None = None) -> ExportInfo:
+def export_info(
+    translator: Translator, ids_only: bool, alignment_layer: int | None = None, task: Task | None = None
+) -> ExportInfo:
     """What :data:`~tf_transformer.inference.export_info.EXPORT_INFO` records for ``translator``."""
     model = translator.model
     return ExportInfo(
@@ -51,6 +53,8 @@ def export_info(translator: Translator, ids_only: bool, alignment_layer: int | N
         alignment_layer=alignment_layer,
         source_vocab_size=model.source_vocab_size or model.vocab_size,
         dtype=model.dtype_policy.name,
+        task=task.name if task else None,
+        linearization=getattr(task, "linearization", None),
         options=translator.options,
     )
 
@@ -62,6 +66,7 @@ def export_translator(
     overwrite: bool = False,
     ids_only: bool = False,
     alignment_layer: int | None = None,
+    task: Task | None = None,
 ) -> str:
     """Writes ``translator`` as a SavedModel at ``output``, atomically (:mod:`tf_transformer.files`).
 
@@ -112,7 +117,7 @@ def export_translator(
         # the export too, for clients that tokenize themselves.
         os.makedirs(os.path.join(target, "assets"), exist_ok=True)
         shutil.copyfile(vocabulary_path, os.path.join(target, "assets", "sp.model"))
-        write_export_info(target, export_info(translator, ids_only, None if ids_only else alignment_layer))
+        write_export_info(target, export_info(translator, ids_only, None if ids_only else alignment_layer, task))
         replace_directory(target, output)  # an existing export stays whole until the new one is in place
     except (tf.errors.OpError, OSError) as error:  # a full disk, a quota: nothing of this export is left
         raise write_failed("export", output, error, os.path.exists(output)) from None
@@ -157,13 +162,19 @@ def export_run(
     if dtype is not None and dtype != model.dtype_policy.name:
         model = inference_copy(model, dtype)
     vocabulary = vocabulary_path(model_dir)
-    translator = Translator(model, Tokenizer(vocabulary), options)
+    translator = Translator(model, run_tokenizer(model_dir), options)
     if alignment_layer in ("last", "penultimate"):
         alignment_layer = max(config.num_layers - (1 if alignment_layer == "last" else 2), 0)
     if alignment_layer is not None and not 0 <= alignment_layer < config.num_layers:
         raise ValueError(f"alignment_layer {alignment_layer}: the decoder has layers 0 to {config.num_layers - 1}")
     return export_translator(
-        translator, vocabulary, output, overwrite=overwrite, ids_only=ids_only, alignment_layer=alignment_layer
+        translator,
+        vocabulary,
+        output,
+        overwrite=overwrite,
+        ids_only=ids_only,
+        alignment_layer=alignment_layer,
+        task=task_of_run(model_dir),
     )
 
 

@@ -45,6 +45,8 @@ class ExportInfo:
       alignment_layer: the decoder layer ``translate_with_alignment`` aligns with (``None``: no such signature).
       source_vocab_size: source token ids must be below this.
       dtype: the graph's weights and compute dtype policy.
+      task: the run's task (``tf_transformer.tasks``; ``None``: translation, for exports of earlier versions).
+        A parser's ``translations`` are linearized trees (docs/parsing.md), written as ``linearization`` says.
       options: the decoding settings; ``None`` where the export records none (written before the file existed).
     """
 
@@ -53,6 +55,8 @@ class ExportInfo:
     alignment_layer: int | None = None
     source_vocab_size: int | None = None
     dtype: str | None = None
+    task: str | None = None
+    linearization: str | None = None
     options: DecodeOptions | None = None
 
     def to_dict(self) -> dict[str, Any]:

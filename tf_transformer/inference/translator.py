@@ -215,7 +215,7 @@ class Translator(tf.Module):
         ids, scores, _ = self.search(self.limit_source(self.encode_strings(texts)))
         batch = tf.shape(ids)[0]
         flat = tf.reshape(ids[:, :nbest], [batch * nbest, -1])  # [batch * nbest, len]
-        strings = tf.reshape(self.tokenizer.detokenize(flat), [batch, nbest])
+        strings = tf.reshape(self.tokenizer.detokenize_target(flat), [batch, nbest])
         strings = tf.where(empty[:, None], "", strings)
         scores = tf.where(empty[:, None], 0.0, scores[:, :nbest])
         if nbest == 1:
@@ -244,7 +244,7 @@ class Translator(tf.Module):
         pieces = self.tokenizer.pieces
         alignments = graph_word_alignment(attention, source_ids, best, pieces(source_ids), pieces(best))
         return {
-            "translations": tf.where(empty, "", self.tokenizer.detokenize(best)),
+            "translations": tf.where(empty, "", self.tokenizer.detokenize_target(best)),
             "scores": tf.where(empty, 0.0, scores[:, 0]),
             "alignments": tf.where(empty, "", alignments),
             "attention": attention,

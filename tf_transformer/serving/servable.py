@@ -9,6 +9,7 @@ import numpy as np
 from tf_transformer.constants import EOS_ID, PAD_ID
 from tf_transformer.inference.export_info import PADDED_AXES, SourceLimit, read_export_info
 from tf_transformer.serving.requests import ClientError, PredictRequest
+from tf_transformer.tasks import get_task
 
 
 class Servable:
@@ -23,6 +24,11 @@ class Servable:
     A merged batch pads some outputs to its longest sentence; :meth:`fit` cuts a
     request's share back to what a call with that request alone returns, so an
     answer does not depend on the requests that shared its batch.
+
+    A parser's answers (an export whose task is parsing) hold, besides the
+    graph's ``translations`` (linearized trees, what TF Serving returns),
+    ``trees``: each repaired into a tree over its input's words (:meth:`postprocess`,
+    in :meth:`run`).
     """
 
     def __init__(self, path: str, version: int):
@@ -40,6 +46,7 @@ class Servable:
         }
         self.limits = SourceLimit(path)
         self.info = read_export_info(path)
+        self.task = get_task(self.info.task, self.info.linearization)
         self._metadata = _signature_defs(path)
 
     def check(self, request: PredictRequest) -> None:
@@ -73,7 +80,17 @@ class Servable:
             width = max(len(row) for row in rows)
             inputs = tf.constant([row + [PAD_ID] * (width - len(row)) for row in rows], tf.int32)
         outputs = self.signatures[signature](inputs=inputs)
-        return {key: value.numpy() for key, value in outputs.items()}
+        return self.postprocess(signature, rows, {key: value.numpy() for key, value in outputs.items()})
+
+    def postprocess(self, signature: str, rows: list, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``outputs`` plus, for a parser's string signatures, ``trees``: each output repaired over its words."""
+        if not self.task.target_symbols or self.input_kinds[signature] != "strings" or "translations" not in outputs:
+            return outputs
+        trees = [
+            self.task.postprocess(row, text.decode("utf-8")).encode("utf-8") if row.strip() else b""
+            for row, text in zip(rows, outputs["translations"], strict=True)
+        ]
+        return {**outputs, "trees": np.array(trees, dtype=object)}
 
     def fit(self, signature: str, rows: list, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``rows``' share of a merged batch's ``outputs``, cut to the shapes :meth:`run` of ``rows`` alone gives.

@@ -1,8 +1,9 @@
-"""Dev-set evaluation during training: BLEU by greedy search each epoch, sample translations, attention images.
+"""Dev-set evaluation during training: the task's score by greedy search each epoch (BLEU for translation,
+F1 for parsing), sample outputs, attention images.
 
 Greedy search over the decoding cache (:mod:`tf_transformer.inference`), so
-dev BLEU each epoch costs seconds; the beam search of the paper (section 6.1)
-is for evaluation after training (``tft-evaluate``).
+the dev score each epoch costs seconds; the beam search of the paper (sections
+6.1, 6.3) is for evaluation after training (``tft-evaluate``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def translate_fn(model, tokenizer, max_extra_length: int = 50, batch_tokens: int
 
     def translate(sources: list[str]) -> list[str]:
         batches = list(pipelines.evaluation_dataset(sources, tokenizer, tokens_per_batch=batch_tokens))
-        outputs = [tokenizer.detokenize(decode(b["inputs"])).numpy() for b in batches]
+        outputs = [tokenizer.detokenize_target(decode(b["inputs"])).numpy() for b in batches]
         restored = pipelines.restore_order([b["index"].numpy() for b in batches], outputs, len(sources))
         return [text.decode("utf-8") for text in restored]
 
@@ -66,11 +67,13 @@ def attention_fn(model, tokenizer, max_extra_length: int = 50):
 
 
 class DevEvaluation(keras.callbacks.Callback):
-    """Per epoch: BLEU on a dev subset (``val_bleu`` in the epoch's logs), a few
-    sample translations as text and images of their attention, in TensorBoard.
+    """Per epoch: the task's score on a dev subset (``val_bleu`` or ``val_f1`` in the epoch's logs), a few
+    sample outputs as text and images of their attention, in TensorBoard.
 
-    ``translate`` maps a list of source strings to hypotheses (:func:`translate_fn`);
-    BLEU is sacreBLEU on detokenized, cased text. ``attention`` maps a list of
+    ``translate`` maps a list of source strings to raw outputs (:func:`translate_fn`);
+    ``task`` scores them (:meth:`~tf_transformer.tasks.Task.score`: sacreBLEU on
+    detokenized, cased text; EVALB F1 of repaired trees) and shows them
+    (:meth:`~tf_transformer.tasks.Task.postprocess`). ``attention`` maps a list of
     source strings to their :class:`~tf_transformer.attention_maps.AttentionMaps`
     (:func:`attention_fn`):
     the first ``attention_images`` dev sentences are drawn each epoch, their
@@ -81,6 +84,7 @@ class DevEvaluation(keras.callbacks.Callback):
     def __init__(
         self,
         log_dir: str,
+        task=None,
         dev_sources=(),
         dev_references=(),
         translate=None,
@@ -88,33 +92,45 @@ class DevEvaluation(keras.callbacks.Callback):
         attention_images: int = 3,
     ):
         super().__init__()
+        if task is None:
+            from tf_transformer.tasks import get_task
+
+            task = get_task("translation")
+        self.task = task
         self.attention = attention
         self.attention_images = attention_images
         self.validation_writer = tf.summary.create_file_writer(f"{log_dir}/validation")
         self.dev_sources = list(dev_sources)
         self.dev_references = list(dev_references)
         self.translate = translate
-        self.last_bleu = None
+        self.last_score = None
+
+    @property
+    def last_bleu(self):
+        """The last dev BLEU (translation), kept under its earlier name."""
+        return self.last_score if self.task.metric == "bleu" else None
 
     def on_epoch_end(self, epoch, logs=None):
         if not (self.translate and self.dev_sources):
             return
-        import sacrebleu
-
-        hypotheses = self.translate(self.dev_sources)
-        bleu = sacrebleu.corpus_bleu(hypotheses, [self.dev_references])
-        self.last_bleu = bleu.score
+        outputs = self.translate(self.dev_sources)
+        scores = self.task.score(self.dev_sources, outputs, self.dev_references)
+        metric = self.task.metric
+        self.last_score = scores[metric]
         if logs is not None:
-            logs["val_bleu"] = bleu.score
+            logs[f"val_{metric}"] = scores[metric]
         step = int(self.model.optimizer.iterations.numpy())
         samples = "\n\n".join(
-            f"**source:** {s}  \n**reference:** {r}  \n**output:** {h}"
-            for s, r, h in list(zip(self.dev_sources, self.dev_references, hypotheses, strict=True))[:4]
+            f"**source:** {s}  \n**reference:** {r if isinstance(r, str) else ' '.join(str(r).split())}  \n"
+            f"**output:** {self.task.postprocess(s, h)}"
+            for s, r, h in list(zip(self.dev_sources, self.dev_references, outputs, strict=True))[:4]
         )
         with self.validation_writer.as_default(step=step):
-            tf.summary.scalar("bleu", bleu.score)
+            for name, value in scores.items():
+                if isinstance(value, int | float) and name not in ("sentences",):
+                    tf.summary.scalar(name, value)
             tf.summary.text("sample_translations", samples)
-        logging.info("epoch %d step %d: dev-subset BLEU %.2f", epoch + 1, step, bleu.score)
+        logging.info("epoch %d step %d: dev-subset %s %.2f", epoch + 1, step, metric.upper(), scores[metric])
         if self.attention is not None and self.attention_images:
             self._attention_images(step)
 

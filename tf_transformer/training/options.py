@@ -110,6 +110,8 @@ def check(options: RunOptions, strategy: tf.distribute.Strategy) -> None:
 # the checkpoint and logging cadence and the dev split may change; the precision may change where the
 # checkpoint keeps its shape: :func:`loss_scaled`.)
 STREAM_OPTIONS = (
+    "task",
+    "linearization",
     "data",
     "src",
     "tgt",
@@ -140,6 +142,7 @@ def effective(config: TransformerConfig, run: dict) -> dict:
     or ``dataclasses.asdict`` of :class:`~configs.RunOptions` plus ``num_replicas``.
     """
     values = dict(run)
+    values["task"] = run.get("task") or "translation"  # runs written before tasks were recorded translate
     values["tokens_per_batch"] = run.get("tokens_per_batch") or config.tokens_per_batch
     values["max_train_length"] = run.get("max_train_length") or config.max_train_length
     if values.get("data") and not str(values["data"]).startswith("tfds:"):

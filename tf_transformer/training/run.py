@@ -27,6 +27,7 @@ from configs import RunOptions, TransformerConfig
 from tf_transformer import run_dir
 from tf_transformer.files import save_json
 from tf_transformer.model import build_transformer
+from tf_transformer.tasks import Task, get_task
 from tf_transformer.training import resume
 from tf_transformer.training.callbacks import DataPosition, StepCheckpoint, StopAtStep, StopRequests
 from tf_transformer.training.cluster import Cluster, differing_options
@@ -54,6 +55,7 @@ class PreparedRun:
     work_dir: str  # where this process writes: model_dir, or a worker's own directory under it
     strategy: tf.distribute.Strategy
     cluster: Cluster | None
+    task: Task
     tokenizer: pipelines.Tokenizer
     data: pipelines.TrainingData
     validation: tf.data.Dataset | None
@@ -136,7 +138,8 @@ def prepare(
     source_dir = init_checkpoint = None
     if options.init_from and not resuming:
         source_dir, init_checkpoint = resume.source_run(options.init_from)
-    corpus = pipelines.find_split(options.data, options.train_split, options.src, options.tgt)
+    task = get_task(options.task, options.linearization)
+    corpus = task.corpus(options, options.train_split)
     differing = []
     if chief:
         if resuming:
@@ -144,7 +147,14 @@ def prepare(
         elif source_dir:
             resume.take_vocabulary(model_dir, source_dir)
         tokenizer = run_dir.make_vocabulary(
-            model_dir, corpus, options.vocab_size or config.vocab_size, options.vocab_model_type, options.seed
+            model_dir,
+            corpus,
+            options.vocab_size or config.vocab_size,
+            options.vocab_model_type,
+            options.seed,
+            text=task.vocabulary_text(corpus),
+            symbols=task.symbols(corpus),
+            symbol_pattern=task.symbol_pattern,
         )
         config = config.replace(vocab_size=tokenizer.vocab_size)
         if source_dir:
@@ -156,7 +166,7 @@ def prepare(
         stored, chief_run = cluster.follow_chief(model_dir, token, options.worker_timeout)
         config = config.replace(vocab_size=stored.vocab_size)
         differing = differing_options((stored, chief_run), (config, run))
-        tokenizer = pipelines.Tokenizer(run_dir.vocabulary_path(model_dir))
+        tokenizer = task.tokenizer(run_dir.vocabulary_path(model_dir))
     if cluster:
         cluster.agree_on_options(differing)
 
@@ -164,7 +174,7 @@ def prepare(
     steps_per_epoch = options.steps_per_epoch or data.batches_per_epoch
     total_micro = total_micro_batches(config, options, steps_per_epoch)
     train_steps = update_count(total_micro, options.accumulate_steps)
-    validation, dev_sources, dev_references = dev_data(tokenizer, config, options, replicas, model_dir)
+    validation, dev_sources, dev_references = dev_data(task, tokenizer, config, options, replicas, model_dir)
 
     with strategy.scope():
         model = build_transformer(config)
@@ -187,6 +197,7 @@ def prepare(
     stop_requests = StopRequests(checkpointer, options.max_minutes, budget_start)
     dev_evaluation = DevEvaluation(
         log_dir,
+        task=task,
         dev_sources=dev_sources,
         dev_references=dev_references,
         translate=translate_fn(model, tokenizer, config.max_extra_length) if dev_sources else None,
@@ -201,7 +212,7 @@ def prepare(
         stop_requests,
         StopAtStep(train_steps),
         ThroughputMonitor(log_dir, every_steps=options.log_every),
-        dev_evaluation,  # before the progress line and TensorBoard, which show its val_bleu
+        dev_evaluation,  # before the progress line and TensorBoard, which show its val_bleu (val_f1)
     ]
     if options.verbose and chief:
         precision = f"precision {options.precision}: {resolved.precision_reason}"
@@ -216,6 +227,7 @@ def prepare(
         work_dir=work_dir,
         strategy=strategy,
         cluster=cluster,
+        task=task,
         tokenizer=tokenizer,
         data=data,
         validation=validation,
@@ -269,7 +281,7 @@ def finish(prepared: PreparedRun, seconds: float, history: dict, stopped_by: str
         "train_seconds": round(seconds, 1),
         "stats": dataclasses.asdict(prepared.data.stats),
         "history": history,
-        "dev_bleu": prepared.dev_evaluation.last_bleu,
+        f"dev_{prepared.task.metric}": prepared.dev_evaluation.last_score,
         "latest_checkpoint": prepared.chief_manager.latest_checkpoint,
         "stopped_by": stopped_by,
     }
@@ -302,16 +314,18 @@ def training_data(
     )
 
 
-def dev_data(tokenizer, config: TransformerConfig, options: RunOptions, replicas: int, model_dir: str):
-    """``(validation batches or None, dev sources, dev references)`` for validation loss and dev BLEU."""
+def dev_data(task: Task, tokenizer, config: TransformerConfig, options: RunOptions, replicas: int, model_dir: str):
+    """``(validation batches or None, dev sources, dev references)`` for validation loss and the dev score."""
     if not options.dev_split:
         return None, [], []
-    dev = pipelines.find_split(options.data, options.dev_split, options.src, options.tgt)
+    dev = task.corpus(options, options.dev_split)
     validation = pipelines.training_dataset(
         dev, tokenizer, shuffle=False, name=options.dev_split, **_batching(config, options, replicas, model_dir)
     ).dataset
-    pairs = list(dev.pairs())[: options.dev_bleu_sentences]
-    return validation, [p[0] for p in pairs], [p[1] for p in pairs]
+    if not options.dev_bleu_sentences:
+        return validation, [], []
+    sources, references = task.dev_set(options, options.dev_bleu_sentences)
+    return validation, sources, references
 
 
 def total_micro_batches(config: TransformerConfig, options: RunOptions, steps_per_epoch: int) -> int:

@@ -1,0 +1,141 @@
+"""Constituency parsing in a fixed CPU time budget (section 6.3; a benchmark, not a test).
+
+    python -m benchmarks.parsing --data ../shared/data/ptb_sample/mrg --minutes 40
+
+Trains the ``parsing_cpu`` preset (``--config``, ``--set``, ``--linearization``,
+``--vocab_size``) on the training files for at most ``--minutes`` of wall-clock
+time, vocabulary and data preparation included, then picks on dev how many of
+the last checkpoints to average, decoding with the paper's parsing settings
+(beam 21, α 0.3, outputs up to input + 300: the preset's), and scores the
+chosen model's repaired trees with EVALB's rules. The right-branching baseline
+is scored on the same dev trees beside it (``evalb.right_branching``: root
+``S``, every other bracket ``NP``). The last line of output is one JSON object
+with ``dev_f1``, ``precision``, ``recall``, ``well_formed`` (the share of
+outputs that were trees over the input words before repair), ``exact_match``,
+``train_minutes`` and ``params``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from absl import app, flags, logging
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("data", "../shared/data/ptb_sample/mrg", "Directory of Penn Treebank .mrg files.")
+flags.DEFINE_string("train_files", "wsj_0001-wsj_0159", "Training files (a range of names).")
+flags.DEFINE_string("dev_files", "wsj_0160-wsj_0179", "Dev files: validation, the averaging choice, the score.")
+flags.DEFINE_string("config", "parsing_cpu", "Preset.")
+flags.DEFINE_multi_string("set", [], "Config overrides, e.g. --set dropout=0.2.")
+flags.DEFINE_enum("linearization", "xx", ["xx", "tags", "words"], "How trees are written as target symbols.")
+flags.DEFINE_integer("vocab_size", None, "SentencePiece vocabulary of the words (default: the preset's).")
+flags.DEFINE_integer("tokens_per_batch", None, "Tokens per batch and side (default: the preset's).")
+flags.DEFINE_float("minutes", 40.0, "Wall-clock training budget, vocabulary and data preparation included.")
+flags.DEFINE_integer("checkpoint_every", 200, "Checkpoint interval in steps.")
+flags.DEFINE_list("average", ["1", "3", "5", "8"], "Numbers of last checkpoints to try averaging (chosen on dev).")
+flags.DEFINE_string("precision", "auto", "Training precision (auto: bfloat16 where the CPU computes in it).")
+flags.DEFINE_string("model_dir", None, "Run directory (default: runs/parsing_<linearization>).")
+flags.DEFINE_integer("seed", 1, "Seed.")
+
+
+def main(argv):
+    del argv
+    import tensorflow as tf
+
+    from benchmarks.common import machine
+    from configs import get_config, parse_overrides
+    from tf_transformer.inference.batch_translation import translate_with_checkpoint
+    from tf_transformer.run_dir import checkpoint_dir
+    from tf_transformer.tasks import get_task
+    from tf_transformer.tasks.parsing.evalb import right_branching, score
+    from tf_transformer.tasks.parsing.task import score_outputs
+    from tf_transformer.tasks.parsing.treebank import read_range
+    from tf_transformer.training.averaging import average_checkpoints, last_checkpoints
+    from tf_transformer.training.trainer import RunOptions, train
+
+    logging.set_verbosity(logging.WARNING)
+    model_dir = FLAGS.model_dir or f"runs/parsing_{FLAGS.linearization}"
+    if tf.io.gfile.exists(model_dir):
+        raise SystemExit(f"{model_dir} exists: a budgeted run must start fresh (remove it or pass --model_dir)")
+    if not os.path.isdir(FLAGS.data):
+        raise SystemExit(f"{FLAGS.data} not found: see ../shared/data/README.md")
+    overrides = parse_overrides(FLAGS.set)
+    config = get_config(FLAGS.config, **overrides)
+    config = config.replace(**{k: v for k, v in get_task("parsing").decoding.items() if k not in overrides})
+    start = time.perf_counter()
+    options = RunOptions(
+        data=FLAGS.data,
+        task="parsing",
+        linearization=FLAGS.linearization,
+        train_split=FLAGS.train_files,
+        dev_split=FLAGS.dev_files,
+        train_steps=1_000_000,
+        max_minutes=FLAGS.minutes - 0.5,  # the last epoch's validation and checkpoint fit in the rest
+        checkpoint_every=FLAGS.checkpoint_every,
+        keep_checkpoints=max(int(n) for n in FLAGS.average),
+        tokens_per_batch=FLAGS.tokens_per_batch,
+        precision=FLAGS.precision,
+        vocab_size=FLAGS.vocab_size,
+        dev_bleu_sentences=300,  # every dev tree: dev F1 each epoch, by greedy search
+        attention_images=2,
+        seed=FLAGS.seed,
+        verbose=2,
+    )
+    summary = train(config, options, model_dir, budget_start=start)
+    wall = time.perf_counter() - start
+
+    gold = read_range(FLAGS.data, FLAGS.dev_files)
+    sources = [" ".join(tree.leaves()) for tree in gold]
+    available = len(tf.train.get_checkpoint_state(checkpoint_dir(model_dir)).all_model_checkpoint_paths)
+    dev_scores = {}
+    for last in sorted({min(int(n), available) for n in FLAGS.average}):
+        checkpoint = (
+            last_checkpoints(model_dir, 1)[0]
+            if last == 1
+            else average_checkpoints(model_dir, last=last, output=os.path.join(model_dir, f"averaged_{last}"))
+        )
+        decode_start = time.perf_counter()
+        outputs = [nbest[0][0] for nbest in translate_with_checkpoint(model_dir, sources, 32, checkpoint=checkpoint)]
+        result = score_outputs(sources, outputs, gold)
+        dev_scores[last] = (result, time.perf_counter() - decode_start)
+        print(f"dev with the last {last} checkpoint(s) averaged: {json.dumps(result)}", flush=True)
+    best = max(dev_scores, key=lambda n: dev_scores[n][0]["f1"])
+    dev, decode_seconds = dev_scores[best]
+    baseline = score(gold, [right_branching(tree.leaves(), [tag for _, tag in tree.pos()]) for tree in gold])
+    epochs = summary["steps"] / summary["steps_per_epoch"]
+    print(
+        json.dumps(
+            {
+                "dev_f1": dev["f1"],
+                "precision": dev["precision"],
+                "recall": dev["recall"],
+                "exact_match": dev["exact_match"],
+                "well_formed": dev["well_formed"],
+                "repairs": dev["repairs"],
+                "sentences": dev["sentences"],
+                "f1_by_averaged": {str(n): s["f1"] for n, (s, _) in dev_scores.items()},
+                "averaged": best,
+                "right_branching_f1": round(baseline.f1, 2),
+                "dev_decode_seconds": round(decode_seconds, 1),
+                "train_minutes": round(wall / 60, 2),
+                "steps": summary["steps"],
+                "epochs": round(epochs, 2),
+                "params": summary["params"],
+                "config": config.name,
+                "overrides": FLAGS.set,
+                "linearization": FLAGS.linearization,
+                "vocab_size": FLAGS.vocab_size or config.vocab_size,
+                "beam_size": config.beam_size,
+                "alpha": config.alpha,
+                "train_precision": summary["precision"],
+                "machine": machine(),
+                "tensorflow": tf.__version__,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)

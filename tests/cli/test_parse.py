@@ -1,0 +1,113 @@
+"""A parser end to end through the commands: tft-parse, tft-evaluate, tft-export, tft-translate and the server.
+
+The model is the ``tiny`` preset trained a few steps on a synthetic treebank: what is checked is that every
+command finds the task on its own and gives trees over exactly the input's words, not their accuracy.
+"""
+
+import json
+
+import pytest
+from nltk import Tree
+
+from tests.commands import export_cli, run_command
+from tests.corpora import tiny_options, write_treebank
+from tf_transformer.tasks.parsing.treebank import read_trees
+
+
+@pytest.fixture(scope="module")
+def parser(tmp_path_factory):
+    """``(run directory, export, treebank directory)`` of a tiny parser."""
+    import os
+
+    from configs import get_config
+    from tf_transformer.training.trainer import train
+
+    root = tmp_path_factory.mktemp("parser")
+    os.environ["TFT_TEXT_CACHE"] = str(root / "text_cache")  # this process; the commands get theirs below
+    write_treebank(root / "mrg", files=3, trees=30)
+    options = tiny_options(
+        root / "mrg", task="parsing", linearization="xx", train_split="wsj_0001-wsj_0002", dev_split=None
+    )
+    train(get_config("tiny", beam_size=3, alpha=0.3, max_extra_length=10), options, str(root / "run"))
+    return root / "run", export_cli(root / "run", root / "export" / "1"), root / "mrg"
+
+
+@pytest.fixture(scope="module")
+def test_set(parser, tmp_path_factory):
+    """Words (one sentence per line) and gold trees of the third treebank file."""
+    directory = tmp_path_factory.mktemp("parser_test")
+    trees = read_trees(str(parser[2] / "wsj_0003.mrg"))
+    words = directory / "test.words"
+    words.write_text("".join(" ".join(tree.leaves()) + "\n" for tree in trees), encoding="utf-8")
+    return words, parser[2] / "wsj_0003.mrg", trees
+
+
+def test_tft_parse_prints_a_tree_over_every_sentence_s_words(parser, test_set):
+    words, _, _ = test_set
+    lines = words.read_text().splitlines()[:6]
+    result = run_command("tft-parse", "--model", parser[1], "--pretokenized", input="\n".join(lines) + "\n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    trees = [Tree.fromstring(line) for line in result.stdout.splitlines()]
+    assert [tree.leaves() for tree in trees] == [line.split() for line in lines]
+    assert "parsed 6 sentences" in result.stderr
+
+
+def test_tft_parse_tokenizes_raw_text_as_the_penn_treebank(parser):
+    result = run_command("tft-parse", "--model", parser[1], input='He said "I can\'t (yet)."\n')
+    assert result.returncode == 0, result.stderr[-3000:]
+    words = Tree.fromstring(result.stdout.strip()).leaves()
+    assert words == ["He", "said", "``", "I", "ca", "n't", "-LRB-", "yet", "-RRB-", ".", "''"]
+
+
+def test_tft_parse_refuses_a_translation_model(tiny_export):
+    result = run_command("tft-parse", "--model", tiny_export, input="alpha\n")
+    assert result.returncode != 0 and "task is translation" in result.stderr
+
+
+def test_tft_evaluate_scores_a_parser_with_evalb_f1_the_same_from_the_run_and_its_export(parser, test_set, tmp_path):
+    words, gold, _ = test_set
+    scores = []
+    for flag, model in (("--model_dir", parser[0]), ("--model", parser[1])):
+        output = tmp_path / f"{flag.strip('-')}.trees"
+        result = run_command("tft-evaluate", flag, model, "--src", words, "--ref", gold, "--output", output)
+        assert result.returncode == 0, result.stderr[-3000:]
+        scores.append(json.loads(result.stdout.strip().splitlines()[-1]))
+        assert "F1" in result.stderr and "well-formed before repair" in result.stderr
+        trees = [Tree.fromstring(line) for line in output.read_text().splitlines()]
+        assert [tree.leaves() for tree in trees] == [line.split() for line in words.read_text().splitlines()]
+    assert scores[0] == scores[1]
+    assert set(scores[0]) >= {"f1", "precision", "recall", "exact_match", "well_formed", "sentences"}
+    assert scores[0]["sentences"] == 30
+    refused = run_command("tft-evaluate", "--model", parser[1], "--src", words, "--ref", gold, "--lowercase")
+    assert refused.returncode != 0 and "sacreBLEU's" in refused.stderr
+
+
+def test_tft_evaluate_names_a_sentence_whose_words_differ_from_its_tree(parser, test_set, tmp_path):
+    words, gold, _ = test_set
+    lines = words.read_text().splitlines()
+    lines[4] = "different words"
+    changed = tmp_path / "changed.words"
+    changed.write_text("\n".join(lines) + "\n")
+    result = run_command("tft-evaluate", "--model", parser[1], "--src", changed, "--ref", gold)
+    assert result.returncode != 0 and "changed.words:5: the words differ" in result.stderr
+
+
+def test_the_export_records_its_task_and_the_server_answers_trees(parser, test_set):
+    from tf_transformer.inference.export_info import read_export_info
+    from tf_transformer.serving.servable import Servable
+
+    assert read_export_info(str(parser[1])).task == "parsing"
+    words = test_set[0].read_text().splitlines()[:3]
+    servable = Servable(str(parser[1]), 1)
+    outputs = servable.run("serving_default", words)
+    assert set(outputs) >= {"translations", "trees", "scores"}
+    for line, raw, tree in zip(words, outputs["translations"], outputs["trees"], strict=True):
+        assert Tree.fromstring(tree.decode()).leaves() == line.split()
+        assert not set(raw.decode().split()) & set(line.split())  # the graph's own output: symbols, no words
+
+
+def test_tft_translate_on_a_parser_prints_trees(parser, test_set):
+    lines = test_set[0].read_text().splitlines()[:2]
+    result = run_command("tft-translate", "--model", parser[1], input="\n".join(lines) + "\n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [Tree.fromstring(tree).leaves() for tree in result.stdout.splitlines()] == [line.split() for line in lines]

@@ -1,0 +1,129 @@
+"""Parsing as a task of the toolkit: treebank splits as text, whole-symbol targets, training with dev F1."""
+
+import dataclasses
+import json
+
+import pytest
+import tensorflow as tf
+
+from tests.corpora import tiny_options, write_treebank
+from tf_transformer.tasks import get_task
+from tf_transformer.tasks.parsing.linearization import linearize
+from tf_transformer.tasks.parsing.task import split_as_text
+from tf_transformer.tasks.parsing.treebank import read_range
+
+
+@pytest.fixture
+def text_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFT_TEXT_CACHE", str(tmp_path / "text_cache"))
+    return tmp_path / "text_cache"
+
+
+def test_a_split_is_written_once_as_words_and_linearized_trees(tmp_path, text_cache):
+    write_treebank(tmp_path / "mrg", files=3, trees=5)
+    corpus = split_as_text(str(tmp_path / "mrg"), "wsj_0001-wsj_0002", "xx")
+    trees = read_range(str(tmp_path / "mrg"), "wsj_0001-wsj_0002")
+    pairs = list(corpus.pairs())
+    assert len(pairs) == 10 == corpus.num_lines
+    assert pairs == [(" ".join(tree.leaves()), " ".join(linearize(tree, "xx"))) for tree in trees]
+    stamp = tf.io.gfile.stat(corpus.target_path).mtime_nsec
+    again = split_as_text(str(tmp_path / "mrg"), "wsj_0001-wsj_0002", "xx")
+    assert again.paths == corpus.paths and tf.io.gfile.stat(again.target_path).mtime_nsec == stamp
+    assert split_as_text(str(tmp_path / "mrg"), "wsj_0001-wsj_0002", "tags").paths != corpus.paths
+
+
+def test_target_symbols_are_whole_pieces_of_the_shared_vocabulary(tmp_path, text_cache):
+    task, corpus, tokenizer = _parsing_vocabulary(tmp_path, "xx")
+    processor = tokenizer.python_processor()
+    source, target = next(iter(corpus.pairs()))
+    ids = tokenizer.tokenize_target(tf.constant([target, "(NP XX )NP (UNSEEN"])).to_list()
+    assert ids[0] == [processor.piece_to_id(symbol) for symbol in target.split()]
+    assert len(ids[0]) == len(target.split()) and 1 not in ids[0]  # one id each, none unknown
+    assert ids[1][-1] == 1  # a symbol not in the vocabulary is UNK
+    assert tokenizer.detokenize_target(tf.ragged.constant(ids[:1])).numpy()[0].decode() == target
+    # The words are SentencePiece text, untouched by the symbols.
+    assert tokenizer.tokenize(tf.constant([source])).to_list()[0] == processor.encode(source)
+
+
+def test_a_parsing_run_records_its_task_and_scores_dev_f1(tmp_path, text_cache):
+    from configs import get_config
+    from tf_transformer.run_dir import load_run
+    from tf_transformer.training.trainer import train
+
+    write_treebank(tmp_path / "mrg", files=4, trees=25)
+    options = tiny_options(
+        tmp_path / "mrg",
+        task="parsing",
+        linearization="xx",
+        train_split="wsj_0001-wsj_0003",
+        dev_split="wsj_0004",
+        dev_bleu_sentences=10,
+        attention_images=1,
+        steps_per_epoch=2,
+        train_steps=2,
+    )
+    config = get_config("tiny", max_extra_length=8, beam_size=3, alpha=0.3)
+    summary = train(config, options, str(tmp_path / "run"))
+    assert 0 <= summary["dev_f1"] <= 100 and "dev_bleu" not in summary
+    assert summary["history"]["val_f1"] == [summary["dev_f1"]]
+    _, run = load_run(str(tmp_path / "run"))
+    assert (run["task"], run["linearization"]) == ("parsing", "xx")
+    stored = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert set(stored["fingerprints"]["corpus"]) == {"xx.words", "xx.trees"}
+
+
+def test_a_parsing_run_resumes_with_its_text_rewritten_and_refuses_another_linearization(tmp_path, text_cache):
+    import shutil
+
+    from configs import get_config
+    from tf_transformer.training.resume import ResumeError
+    from tf_transformer.training.trainer import train
+
+    write_treebank(tmp_path / "mrg", files=2, trees=20)
+    options = tiny_options(
+        tmp_path / "mrg", task="parsing", linearization="xx", train_split="wsj_0001-wsj_0002", dev_split=None
+    )
+    config = get_config("tiny", beam_size=3, alpha=0.3, max_extra_length=8)
+    train(config, dataclasses.replace(options, train_steps=2, checkpoint_every=2), str(tmp_path / "run"))
+    shutil.rmtree(text_cache)  # written again from the trees, byte for byte: the fingerprints still match
+    assert train(config, options, str(tmp_path / "run"))["steps"] == 4
+    with pytest.raises(ResumeError, match=r"--linearization xx → tags"):
+        train(
+            config,
+            dataclasses.replace(options, linearization="tags", train_steps=6),
+            str(tmp_path / "run"),
+        )
+
+
+def test_under_words_targets_mix_whole_symbols_and_word_pieces(tmp_path, text_cache):
+    task, corpus, tokenizer = _parsing_vocabulary(tmp_path, "words")
+    symbols = task.symbols(corpus)
+    assert symbols and all(symbol[0] in "()" for symbol in symbols)  # no word is a symbol
+    processor = tokenizer.python_processor()
+    _, target = next(iter(corpus.pairs()))
+    ids = tokenizer.tokenize_target(tf.constant([target])).to_list()[0]
+    expected = [
+        piece
+        for token in target.split()
+        for piece in ([processor.piece_to_id(token)] if token[0] in "()" else processor.encode(token))
+    ]
+    assert ids == expected
+    assert tokenizer.detokenize_target(tf.ragged.constant([ids])).numpy()[0].decode() == target
+
+
+def _parsing_vocabulary(tmp_path, linearization):
+    """``(task, training corpus, tokenizer)`` of a synthetic treebank, the vocabulary trained as a run trains it."""
+    from tf_transformer import run_dir
+
+    write_treebank(tmp_path / "mrg", files=2, trees=40)
+    task = get_task("parsing", linearization)
+    corpus = task.corpus(tiny_options(tmp_path / "mrg", linearization=linearization), "wsj_0001-wsj_0002")
+    tokenizer = run_dir.make_vocabulary(
+        str(tmp_path / "run"),
+        corpus,
+        120,
+        text=task.vocabulary_text(corpus),
+        symbols=task.symbols(corpus),
+        symbol_pattern=task.symbol_pattern,
+    )
+    return task, corpus, tokenizer

@@ -1,0 +1,168 @@
+"""Labelled bracket scores with EVALB's ``COLLINS.prm`` rules (Sekine and Collins, 1997), over every sentence.
+
+The rules, as ``evalb.c`` applies them with ``COLLINS.prm``:
+
+- a preterminal whose tag is deleted (``-NONE-`` and the punctuation tags
+  ``,`` ``:`` ```` `` ``''`` ``.``) is removed with its word, so spans count the
+  remaining words only; a deleted nonterminal label (``TOP``, ``-NONE-``) removes
+  the bracket and keeps what is inside;
+- preterminals are not brackets; a bracket left spanning no word is dropped;
+- labels are cut at the first ``-`` or ``=`` and ``ADVP`` equals ``PRT``;
+- a test bracket matches one gold bracket of the same label and span, one to
+  one, so duplicates (unary chains such as ``(S (VP …))`` over one span) count
+  as often as they occur in both.
+
+Two differences, both because every sentence is scored here: EVALB skips a
+sentence whose words differ from the gold (a parser's output is repaired
+first, so they never differ), and it deletes a word by each tree's own tag,
+so a test tree tagging punctuation differently fails on length. Here the
+words to delete are the gold tree's, in both trees; where the tags agree
+(always for the ``xx`` placeholder, whose gold tags are put back) this is
+exactly EVALB's result.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+from nltk import Tree
+
+from tf_transformer.tasks.parsing.treebank import is_preterminal
+
+DELETED_LABELS = frozenset({"TOP", "-NONE-", ",", ":", "``", "''", "."})
+EQUAL_LABELS = {"PRT": "ADVP"}
+
+
+def evalb_label(label: str) -> str:
+    """``modify_label`` (cut at the first ``-`` or ``=``) then ``EQ_LABEL ADVP PRT``."""
+    for index, char in enumerate(label):
+        if char in "-=":
+            label = label[:index]
+            break
+    return EQUAL_LABELS.get(label, label)
+
+
+def brackets(tree: Tree, kept: list[bool]) -> collections.Counter:
+    """``(label, start, end)`` of every scored bracket of ``tree``; ``kept[i]``: word ``i`` is not deleted."""
+    found: collections.Counter = collections.Counter()
+    position = 0
+    index = 0
+
+    def walk(node: Tree) -> None:
+        nonlocal position, index
+        if is_preterminal(node):
+            position += kept[index]
+            index += 1
+            return
+        start = position
+        for child in node:
+            walk(child)
+        label = evalb_label(node.label())
+        if position > start and label not in DELETED_LABELS:
+            found[(label, start, position)] += 1
+
+    walk(tree)
+    return found
+
+
+@dataclasses.dataclass
+class BracketScore:
+    """Counts over a corpus; precision, recall, F1 and exact match from them (EVALB's "Bracketing" lines)."""
+
+    matched: int = 0
+    gold: int = 0
+    test: int = 0
+    sentences: int = 0
+    exact: int = 0
+    correct_tags: int = 0
+    words: int = 0
+
+    @property
+    def precision(self) -> float:
+        return 100.0 * self.matched / self.test if self.test else 0.0
+
+    @property
+    def recall(self) -> float:
+        return 100.0 * self.matched / self.gold if self.gold else 0.0
+
+    @property
+    def f1(self) -> float:
+        p, r = self.precision, self.recall
+        return 2 * p * r / (p + r) if p + r else 0.0
+
+    @property
+    def exact_match(self) -> float:
+        return 100.0 * self.exact / self.sentences if self.sentences else 0.0
+
+    @property
+    def tagging_accuracy(self) -> float:
+        return 100.0 * self.correct_tags / self.words if self.words else 0.0
+
+    def add(self, gold: Tree, test: Tree) -> None:
+        """Scores one sentence; ``test`` must be over the same words as ``gold``."""
+        gold_words, test_words = gold.leaves(), test.leaves()
+        if gold_words != test_words:
+            raise ValueError(f"the test tree's words differ from the gold's: {test_words} != {gold_words}")
+        tags = [tag for _, tag in gold.pos()]
+        kept = [tag not in DELETED_LABELS for tag in tags]
+        gold_brackets, test_brackets = brackets(gold, kept), brackets(test, kept)
+        matched = sum((gold_brackets & test_brackets).values())
+        gold_total, test_total = sum(gold_brackets.values()), sum(test_brackets.values())
+        self.matched += matched
+        self.gold += gold_total
+        self.test += test_total
+        self.sentences += 1
+        self.exact += gold_total == test_total == matched
+        for gold_tag, (_, test_tag), keep in zip(tags, test.pos(), kept, strict=True):
+            if keep:  # EVALB's tagging accuracy counts the words it keeps
+                self.words += 1
+                self.correct_tags += gold_tag == test_tag
+
+    def as_dict(self) -> dict:
+        return {
+            "f1": round(self.f1, 2),
+            "precision": round(self.precision, 2),
+            "recall": round(self.recall, 2),
+            "exact_match": round(self.exact_match, 2),
+            "sentences": self.sentences,
+            "gold_brackets": self.gold,
+            "test_brackets": self.test,
+            "matched_brackets": self.matched,
+        }
+
+
+def score(gold: list[Tree], test: list[Tree]) -> BracketScore:
+    """EVALB's corpus scores of ``test`` against ``gold`` (same length, same words sentence by sentence)."""
+    if len(gold) != len(test):
+        raise ValueError(f"{len(test)} test trees for {len(gold)} gold trees")
+    total = BracketScore()
+    for gold_tree, test_tree in zip(gold, test, strict=True):
+        total.add(gold_tree, test_tree)
+    return total
+
+
+def with_gold_tags(test: Tree, gold: Tree) -> Tree:
+    """``test`` with the gold tree's POS tags on its words (the ``xx`` placeholder's tags put back for scoring)."""
+    test = test.copy(deep=True)
+    tags = iter(tag for _, tag in gold.pos())
+    for position in test.treepositions("leaves"):
+        test[position[:-1]].set_label(next(tags))
+    return test
+
+
+def right_branching(words: list[str], tags: list[str] | None = None) -> Tree:
+    """The right-branching baseline: ``(S w1 (NP w2 (NP … (NP wn-1 wn))))``.
+
+    Labelling rule: the root is ``S`` (the commonest WSJ root) and every other
+    bracket ``NP`` (the commonest label); preterminals take ``tags`` (the gold
+    tags, so EVALB deletes the same punctuation) or ``XX``.
+    """
+    tags = tags or ["XX"] * len(words)
+    leaves = [Tree(tag, [word]) for tag, word in zip(tags, words, strict=True)]
+    if len(leaves) <= 2:
+        return Tree("S", leaves)
+    node = Tree("NP", leaves[-2:])
+    for leaf in reversed(leaves[1:-2]):
+        node = Tree("NP", [leaf, node])
+    return Tree("S", [leaves[0], node])

@@ -1,0 +1,180 @@
+"""A tree as a sequence of whole-token symbols, and any symbol sequence back as a tree over the input words.
+
+Section 6.3 parses as sequence-to-sequence translation (Vinyals et al. 2015,
+"Grammar as a Foreign Language"): the source is the sentence's words, the
+target the tree written depth-first as brackets. Every constituent ``X`` opens
+with the symbol ``(X`` and closes with ``)X`` (a labelled closing, as Vinyals et
+al. and tensor2tensor write them), and each word is one symbol for its
+preterminal:
+
+- ``xx`` (Vinyals et al.): the placeholder ``XX`` for every word, whatever its
+  tag. EVALB ignores preterminals, so the score loses nothing; the model need
+  not learn tagging.
+- ``tags`` (tensor2tensor's WSJ problem): the word's POS tag, written ``(NNP)``
+  so that no tag can be confused with a word or another symbol.
+- ``words``: the word itself, as SentencePiece pieces, in place of its
+  preterminal. The decoder then reads the words it has written so far, so
+  finding the next source word is a copy by content rather than a count of
+  placeholders.
+
+``(S (NP (NNP John)) (VP (VBD ran)) (. .))`` is ``(S (NP XX )NP (VP XX )VP XX )S``
+under ``xx`` and ``(S (NP John )NP (VP ran )VP . )S`` under ``words``. Whatever
+the scheme, a parse's words are the source's, put back in order by
+:func:`repair`: under ``words`` the output's own words only count leaves.
+
+Bracket and preterminal symbols match :data:`SYMBOL_PATTERN`: the vocabulary
+holds each whole (:class:`pipelines.Tokenizer`'s ``symbol_pattern``); a word
+(``words``) is text for SentencePiece. Penn Treebank words never start with a
+bracket (``-LRB-``), so none is taken for a symbol; a word spelled ``XX`` would be.
+
+A decoded sequence need not be a tree. :func:`repair` makes it one over
+exactly the input words and counts each repair: a closing whose label is
+open elsewhere closes what lies between, a closing of nothing open is
+dropped, a preterminal beyond the last word is dropped, missing words are
+attached to the top constituent, brackets still open at the end are closed,
+several top constituents (or none) are put under one ``S``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import re
+
+from nltk import Tree
+
+from tf_transformer.tasks.parsing.treebank import is_preterminal
+
+SCHEMES = ("xx", "tags", "words")
+PLACEHOLDER = "XX"
+SYMBOL_PATTERN = r"[()]\S+|XX"  # (NP )NP (NNP) XX: the symbols of every scheme
+TOP_LABEL = "S"  # the label given to a root the repair has to add (the commonest sentence root in WSJ)
+
+
+def leaf_symbol(tag: str, word: str, scheme: str) -> str:
+    return {"xx": PLACEHOLDER, "tags": f"({tag})", "words": word}[scheme]
+
+
+def linearize(tree: Tree, scheme: str = "xx") -> list[str]:
+    """The target symbols of ``tree`` (see the module)."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"linearization must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    symbols: list[str] = []
+
+    def walk(node: Tree) -> None:
+        if is_preterminal(node):
+            symbols.append(leaf_symbol(node.label(), node[0], scheme))
+            return
+        symbols.append(f"({node.label()}")
+        for child in node:
+            walk(child)
+        symbols.append(f"){node.label()}")
+
+    walk(tree)
+    return symbols
+
+
+def symbol_kind(symbol: str) -> tuple[str, str]:
+    """``("open", "NP")``, ``("close", "NP")``, ``("leaf", "NNP" or "XX")`` or ``("other", symbol)`` (a word)."""
+    if symbol == PLACEHOLDER:
+        return "leaf", PLACEHOLDER
+    if len(symbol) > 2 and symbol[0] == "(" and symbol[-1] == ")":
+        return "leaf", symbol[1:-1]
+    if len(symbol) > 1 and symbol[0] == "(":
+        return "open", symbol[1:]
+    if len(symbol) > 1 and symbol[0] == ")":
+        return "close", symbol[1:]
+    return "other", symbol
+
+
+@dataclasses.dataclass
+class Repairs:
+    """What :func:`repair` changed in one output (all zero: the output was a well-formed tree over the words)."""
+
+    unknown_symbols: int = 0  # not a bracket or preterminal symbol (a word piece, UNK): dropped
+    unmatched_closings: int = 0  # a closing of a label not open: dropped
+    closed_early: int = 0  # constituents a closing of a label further out closed
+    empty_constituents: int = 0  # closed with no word inside: dropped
+    extra_leaves: int = 0  # preterminals beyond the last input word: dropped
+    missing_words: int = 0  # input words no preterminal took: attached to the top constituent
+    closed_at_end: int = 0  # constituents still open when the output ended
+    added_root: int = 0  # several top constituents, or none: put under one S
+
+    @property
+    def total(self) -> int:
+        return sum(dataclasses.asdict(self).values())
+
+    @property
+    def well_formed(self) -> bool:
+        return self.total == 0
+
+    def add(self, other: Repairs) -> None:
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
+
+def repair(symbols: list[str], words: list[str], scheme: str = "xx") -> tuple[Tree, Repairs]:
+    """A tree over exactly ``words`` from decoded ``symbols``, and the repairs it took (see the module).
+
+    Preterminals take ``words`` in order, tagged ``XX`` but under ``tags``. Under
+    ``words`` every token that is no symbol is a preterminal; under the other
+    schemes it is dropped as unknown.
+    """
+    leaf_tag = PLACEHOLDER
+    repairs = Repairs()
+    stack: list[Tree] = [Tree("", [])]  # a virtual root collects the top constituents
+    used = 0
+
+    def close() -> None:
+        node = stack.pop()
+        if len(node):
+            stack[-1].append(node)
+        else:
+            repairs.empty_constituents += 1
+
+    for symbol in symbols:
+        kind, label = symbol_kind(symbol)
+        if kind == "open":
+            stack.append(Tree(label, []))
+        elif kind == "close":
+            depth = next((i for i in range(len(stack) - 1, 0, -1) if stack[i].label() == label), None)
+            if depth is None:
+                repairs.unmatched_closings += 1
+                continue
+            repairs.closed_early += len(stack) - 1 - depth
+            while len(stack) > depth:
+                close()
+        elif kind == "leaf":
+            if used == len(words):
+                repairs.extra_leaves += 1
+                continue
+            stack[-1].append(Tree(leaf_tag if label == PLACEHOLDER else label, [words[used]]))
+            used += 1
+        elif scheme == "words" and kind == "other":
+            if used == len(words):
+                repairs.extra_leaves += 1
+                continue
+            stack[-1].append(Tree(leaf_tag, [words[used]]))
+            used += 1
+        else:
+            repairs.unknown_symbols += 1
+    repairs.closed_at_end = len(stack) - 1
+    while len(stack) > 1:
+        close()
+    root = stack[0]
+    if used < len(words):
+        repairs.missing_words = len(words) - used
+        target = root[-1] if len(root) == 1 and not is_preterminal(root[-1]) else root
+        target.extend(Tree(leaf_tag, [word]) for word in words[used:])
+    if len(root) == 1 and not is_preterminal(root[0]):
+        return root[0], repairs
+    repairs.added_root = 1
+    return Tree(TOP_LABEL, list(root)), repairs
+
+
+def symbol_inventory(trees, scheme: str) -> list[str]:
+    """Every target symbol of ``trees`` (words not), most frequent first (ties by name): the target vocabulary."""
+    counts = collections.Counter(
+        symbol for tree in trees for symbol in linearize(tree, scheme) if re.fullmatch(SYMBOL_PATTERN, symbol)
+    )
+    return sorted(counts, key=lambda symbol: (-counts[symbol], symbol))

@@ -1,0 +1,144 @@
+"""Parsing as a task (section 6.3): treebank files in, words → linearized trees, EVALB F1 on dev.
+
+``--data`` is a directory of ``.mrg`` files and a split is a file range
+(:class:`~tf_transformer.tasks.parsing.treebank.FileRange`): the WSJ sample's
+``wsj_0001-wsj_0159`` trains and ``wsj_0160-wsj_0179`` is dev. A split's trees
+are written once as two line-aligned text files, the words and the
+linearized trees (:mod:`~tf_transformer.tasks.parsing.linearization`), under
+``$TFT_TEXT_CACHE`` in a folder named by a hash of the files' bytes and the
+linearization: from there the data pipeline, its cache and the run's
+fingerprints treat them as any parallel text.
+
+The source vocabulary is SentencePiece trained on the words only; the target
+symbols are added to it as user-defined pieces, one id each, and targets are
+tokenized by splitting on spaces (whole tokens, never split into pieces). The
+model keeps one shared vocabulary (section 3.4).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import os
+import re
+
+import pipelines
+from pipelines.sources import text_cache_dir
+from pipelines.text_lines import DataError, read_lines
+from tf_transformer.files import write_bytes
+from tf_transformer.tasks.parsing import evalb, treebank
+from tf_transformer.tasks.parsing.linearization import (
+    PLACEHOLDER,
+    SCHEMES,
+    SYMBOL_PATTERN,
+    Repairs,
+    linearize,
+    repair,
+)
+from tf_transformer.tasks.task import Splits, Task
+
+FORMAT_VERSION = 1  # of the text files written from the trees
+
+
+class Parsing(Task):
+    """WSJ constituency parsing, scored with EVALB's rules (``evalb.py``)."""
+
+    name = "parsing"
+    metric = "f1"
+    splits = Splits("wsj_0001-wsj_0159", "wsj_0160-wsj_0179")
+    symbol_pattern = SYMBOL_PATTERN
+    decoding = {"beam_size": 21, "alpha": 0.3, "max_extra_length": 300}  # section 6.3
+
+    def __init__(self, linearization: str | None = None):
+        self.linearization = linearization or "xx"
+        if self.linearization not in SCHEMES:
+            raise ValueError(f"--linearization must be one of {', '.join(SCHEMES)}, got {self.linearization!r}")
+
+    def corpus(self, options, split: str) -> pipelines.ParallelText:
+        return split_as_text(options.data, split, options.linearization)
+
+    def symbols(self, corpus) -> list[str]:
+        counts = collections.Counter(
+            token
+            for line in read_lines(corpus.target_path)
+            for token in line.split()
+            if re.fullmatch(SYMBOL_PATTERN, token)  # words (--linearization words) are SentencePiece text
+        )
+        return sorted(counts, key=lambda symbol: (-counts[symbol], symbol))
+
+    def vocabulary_text(self, corpus):
+        return ((source, "") for source, _ in corpus.pairs())  # the words (also those of targets under ``words``)
+
+    def dev_set(self, options, limit: int):
+        trees = treebank.read_range(options.data, options.dev_split)[:limit]
+        return [" ".join(tree.leaves()) for tree in trees], trees
+
+    def read_test_set(self, source_path: str, reference_path: str):
+        """Sentences, one per line, their words separated by spaces; gold trees in a ``.mrg`` file, in order."""
+        sources = list(read_lines(source_path))
+        references = treebank.read_trees(reference_path)
+        if len(sources) != len(references):
+            raise DataError(f"{source_path} has {len(sources)} lines but {reference_path} {len(references)} trees")
+        for number, (source, tree) in enumerate(zip(sources, references, strict=True), start=1):
+            if source.split() != tree.leaves():
+                raise DataError(
+                    f"{source_path}:{number}: the words differ from those of tree {number} of {reference_path} "
+                    f"({' '.join(tree.leaves())[:80]!r})"
+                )
+        return sources, references
+
+    def summary(self, result: dict) -> str:
+        return (
+            f"F1 {result['f1']:.2f}  precision {result['precision']:.2f}  recall {result['recall']:.2f}  "
+            f"exact match {result['exact_match']:.2f}  well-formed before repair {result['well_formed']:.2f} %"
+        )
+
+    def postprocess(self, source: str, output: str) -> str:
+        return treebank.one_line(repair(output.split(), source.split(), self.linearization)[0])
+
+    def score(self, sources: list[str], outputs: list[str], references: list, **options) -> dict:
+        if options:
+            raise ValueError(f"parsing is scored with EVALB's rules only: {', '.join(options)} do not apply")
+        return score_outputs(sources, outputs, references, self.linearization)
+
+
+def score_outputs(sources: list[str], outputs: list[str], references: list, scheme: str = "xx") -> dict:
+    """EVALB scores of decoded symbol sequences against gold trees, after repair; repairs counted.
+
+    Placeholder preterminals take the gold tags for scoring (EVALB deletes
+    punctuation by tag; ``evalb.py``), predicted tags are scored as they are.
+    """
+    if not len(sources) == len(outputs) == len(references):
+        raise ValueError(f"{len(sources)} sources, {len(outputs)} outputs, {len(references)} references")
+    total, repairs, well_formed = evalb.BracketScore(), Repairs(), 0
+    for source, output, gold in zip(sources, outputs, references, strict=True):
+        tree, repaired = repair(output.split(), source.split(), scheme)
+        repairs.add(repaired)
+        well_formed += repaired.well_formed
+        if any(tag == PLACEHOLDER for _, tag in tree.pos()):
+            tree = evalb.with_gold_tags(tree, gold)
+        total.add(gold, tree)
+    return {
+        **total.as_dict(),
+        "well_formed": round(100.0 * well_formed / max(1, len(outputs)), 2),
+        "repairs": {name: value for name, value in vars(repairs).items() if value},
+    }
+
+
+def split_as_text(directory: str, spec: str, scheme: str) -> pipelines.ParallelText:
+    """The trees of ``spec`` as ``words``/``trees`` text files (see the module), written once, atomically."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"--linearization must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    paths = treebank.FileRange(spec).select(directory)
+    digest = hashlib.sha256(f"v{FORMAT_VERSION}|{scheme}|{spec}".encode())
+    for path in paths:
+        with open(path, "rb") as handle:
+            digest.update(hashlib.sha256(handle.read()).digest())
+    folder = os.path.join(text_cache_dir(), f"treebank__{digest.hexdigest()[:16]}")
+    words, trees = os.path.join(folder, f"{scheme}.words"), os.path.join(folder, f"{scheme}.trees")
+    if not (os.path.exists(words) and os.path.exists(trees)):
+        read = [tree for path in paths for tree in treebank.read_trees(path)]
+        os.makedirs(folder, exist_ok=True)
+        write_bytes(words, "".join(" ".join(tree.leaves()) + "\n" for tree in read).encode("utf-8"))
+        write_bytes(trees, "".join(" ".join(linearize(tree, scheme)) + "\n" for tree in read).encode("utf-8"))
+    return pipelines.parallel_files(words, trees)
