@@ -11,7 +11,7 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tests.commands import export_cli  # noqa: E402
-from tests.corpora import tiny_options, write_corpus  # noqa: E402
+from tests.corpora import tiny_options, write_corpus, write_treebank  # noqa: E402
 
 # Two logical CPU devices let the tests exercise MirroredStrategy without a GPU.
 # Must run before TensorFlow initializes its devices.
@@ -74,3 +74,21 @@ def tiny_export(tiny_run, tmp_path_factory):
     trained on."""
     output = tmp_path_factory.mktemp("saved_models") / "tiny_en_de" / "1"
     return export_cli(tiny_run, output, "--max_source_length", "512")
+
+
+@pytest.fixture(scope="session")
+def tiny_parser(tmp_path_factory):
+    """``(run directory, export, treebank directory)`` of the ``tiny`` preset trained a few steps as a parser
+    (``--linearization xx``) on a synthetic treebank of three files (it trains on the first two)."""
+    from configs import get_config
+    from tf_transformer.training.trainer import train
+
+    root = tmp_path_factory.mktemp("parser")
+    write_treebank(root / "mrg", files=3, trees=30)
+    options = tiny_options(
+        root / "mrg", task="parsing", linearization="xx", train_split="wsj_0001-wsj_0002", dev_split=None
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TFT_TEXT_CACHE", str(root / "text_cache"))  # the split as text, not in the user's cache
+        train(get_config("tiny", beam_size=3, alpha=0.3, max_extra_length=10), options, str(root / "run"))
+    return root / "run", export_cli(root / "run", root / "export" / "1"), root / "mrg"

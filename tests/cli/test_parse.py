@@ -9,27 +9,13 @@ import json
 import pytest
 from nltk import Tree
 
-from tests.commands import export_cli, run_command
-from tests.corpora import tiny_options, write_treebank
+from tests.commands import run_command
 from tf_transformer.tasks.parsing.treebank import read_trees
 
 
 @pytest.fixture(scope="module")
-def parser(tmp_path_factory):
-    """``(run directory, export, treebank directory)`` of a tiny parser."""
-    import os
-
-    from configs import get_config
-    from tf_transformer.training.trainer import train
-
-    root = tmp_path_factory.mktemp("parser")
-    os.environ["TFT_TEXT_CACHE"] = str(root / "text_cache")  # this process; the commands get theirs below
-    write_treebank(root / "mrg", files=3, trees=30)
-    options = tiny_options(
-        root / "mrg", task="parsing", linearization="xx", train_split="wsj_0001-wsj_0002", dev_split=None
-    )
-    train(get_config("tiny", beam_size=3, alpha=0.3, max_extra_length=10), options, str(root / "run"))
-    return root / "run", export_cli(root / "run", root / "export" / "1"), root / "mrg"
+def parser(tiny_parser):
+    return tiny_parser
 
 
 @pytest.fixture(scope="module")

@@ -107,14 +107,14 @@ def serving_build(export, *flags) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["full", "ids_only"])
-def test_every_signature_runs_in_tf_serving_op_set(kind, tiny_export, ids_only_export):
-    export = tiny_export if kind == "full" else ids_only_export
+@pytest.mark.parametrize("kind", ["full", "ids_only", "parser"])
+def test_every_signature_runs_in_tf_serving_op_set(kind, tiny_export, ids_only_export, tiny_parser):
+    export = {"full": tiny_export, "ids_only": ids_only_export, "parser": tiny_parser[1]}[kind]
     flags = ["--without_tf_text"] if kind == "ids_only" else []
     there, here = serving_build(export, *flags), in_this_tensorflow(export)
     assert set(there) == set(here) and here
     # A fixture change must not shrink the check: the full export's alignment signature is among those run.
-    expected = {"serving_default", "translate_ids"} | ({"translate_with_alignment"} if kind == "full" else set())
+    expected = {"serving_default", "translate_ids"} | ({"translate_with_alignment"} if kind != "ids_only" else set())
     assert expected <= set(here), sorted(here)
     for name, outputs in here.items():
         assert set(there[name]) == set(outputs), name

@@ -127,3 +127,34 @@ def _parsing_vocabulary(tmp_path, linearization):
         symbol_pattern=task.symbol_pattern,
     )
     return task, corpus, tokenizer
+
+
+@pytest.mark.slow
+def test_a_parsing_run_mirrored_over_two_devices_makes_the_one_device_updates(tmp_path, text_cache):
+    """The task changes the data, not the layouts: two replicas train a parser to the weights one device does."""
+    import numpy as np
+
+    from configs import get_config
+    from tests.checkpoints import latest_step, tensors
+    from tf_transformer.training.trainer import train
+
+    if len(tf.config.list_logical_devices("CPU")) < 2:
+        pytest.skip("needs two logical CPU devices (set in conftest before TensorFlow starts)")
+    write_treebank(tmp_path / "mrg", files=2, trees=30)
+    config = get_config("tiny", dropout=0.0, beam_size=3, alpha=0.3, max_extra_length=8)  # masks differ per replica
+    for strategy in ("one_device", "mirrored"):
+        options = tiny_options(
+            tmp_path / "mrg",
+            task="parsing",
+            linearization="words",
+            train_split="wsj_0001-wsj_0002",
+            dev_split=None,
+            strategy=strategy,
+            train_steps=4,
+        )
+        assert train(config, options, str(tmp_path / strategy))["steps"] == 4
+    one, mirrored = (tensors(tmp_path / name, latest_step(tmp_path / name)) for name in ("one_device", "mirrored"))
+    assert sorted(one) == sorted(mirrored)
+    for name, value in one.items():
+        if value.dtype.kind == "f":
+            np.testing.assert_allclose(mirrored[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
