@@ -90,3 +90,15 @@ def test_the_right_branching_baseline():
     assert right_branching(["a"]) == T("(S (XX a))")
     assert right_branching(["a", "b"]) == T("(S (XX a) (XX b))")
     assert right_branching(["a", "b", "c"]) == T("(S (XX a) (NP (XX b) (XX c)))")
+
+
+def test_a_tree_figure_shows_every_word_and_label_once_per_panel():
+    from tf_transformer.tasks.parsing.figure import tree_figure
+
+    gold = T("(S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .))")
+    figure = tree_figure([gold, right_branching(gold.leaves())], ["gold", "baseline"])
+    panels = figure.axes
+    assert [axis.get_title(loc="left") for axis in panels] == ["gold", "baseline"]
+    texts = [sorted(text.get_text() for text in axis.texts) for axis in panels]
+    assert texts[0] == sorted(["S", "NP", "DT", "NN", "VP", "VBD", ".", "The", "cat", "sat", "."])
+    assert texts[1] == sorted(["S", "NP", "NP", "XX", "XX", "XX", "XX", "The", "cat", "sat", "."])
