@@ -62,6 +62,9 @@ def test_tft_evaluate_scores_a_parser_with_evalb_f1_the_same_from_the_run_and_it
         trees = [Tree.fromstring(line) for line in output.read_text().splitlines()]
         assert [tree.leaves() for tree in trees] == [line.split() for line in words.read_text().splitlines()]
     assert scores[0] == scores[1]
+    own_words = run_command("tft-evaluate", "--model", parser[1], "--ref", gold)  # the gold trees' words parsed
+    assert own_words.returncode == 0, own_words.stderr[-3000:]
+    assert json.loads(own_words.stdout.strip().splitlines()[-1]) == scores[0]
     assert set(scores[0]) >= {"f1", "precision", "recall", "exact_match", "well_formed", "sentences"}
     assert scores[0]["sentences"] == 30
     refused = run_command("tft-evaluate", "--model", parser[1], "--src", words, "--ref", gold, "--lowercase")

@@ -3,13 +3,15 @@
     tft-evaluate --model saved_models/multi30k_en_de/1 --src test.en --ref test.de
     tft-evaluate --model_dir runs/m30k --src test.en --ref test.de --lowercase --tokenize 13a
     tft-evaluate --model saved_models/ptb/1 --src dev.words --ref dev.mrg
+    tft-evaluate --model saved_models/ptb/1 --ref dev.mrg      # a parser: the words of the gold trees
 
 The task comes from the export or the run. Translation scores detokenized,
 cased text by default (sacreBLEU's signature is printed); ``--lowercase
 --tokenize 13a`` matches how most published tokenized BLEU is computed. A
 parser's ``--src`` holds one tokenized sentence per line and ``--ref`` its
-gold trees; outputs are repaired into trees first (docs/parsing.md). The last
-line is one JSON object with the scores.
+gold trees (without ``--src``, the gold trees' own words are parsed);
+outputs are repaired into trees first (docs/parsing.md). The last line is
+one JSON object with the scores.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from tf_transformer.cli import check_model_flags, run_main
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "Exported SavedModel directory.")
 flags.DEFINE_string("model_dir", None, "Or a training run directory (its averaged or newest checkpoint).")
-flags.DEFINE_string("src", None, "Source sentences, one per line.", required=True)
+flags.DEFINE_string("src", None, "Source sentences, one per line (a parser: default, the words of --ref's trees).")
 flags.DEFINE_string(
     "ref", None, "Reference translations, line-aligned with --src (a parser: gold trees, .mrg).", required=True
 )
@@ -52,9 +54,11 @@ def main(argv):
             raise app.UsageError(f"--lowercase and --tokenize are sacreBLEU's: this model's task is {task.name}")
         metric_options = {}
     try:
+        if FLAGS.src is None and task.name != "parsing":
+            raise app.UsageError("--src is required: the source sentences, line-aligned with --ref")
         sources, references = task.read_test_set(FLAGS.src, FLAGS.ref)  # exists, UTF-8, aligned
         if FLAGS.model:  # every line within the export's maximum source length, or the line named
-            sources = list(checked_sources(sources, FLAGS.model, FLAGS.src))
+            sources = list(checked_sources(sources, FLAGS.model, FLAGS.src or FLAGS.ref))
     except DataError as error:
         raise app.UsageError(str(error)) from None
 

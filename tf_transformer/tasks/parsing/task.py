@@ -73,10 +73,15 @@ class Parsing(Task):
         trees = treebank.read_range(options.data, options.dev_split)[:limit]
         return [" ".join(tree.leaves()) for tree in trees], trees
 
-    def read_test_set(self, source_path: str, reference_path: str):
-        """Sentences, one per line, their words separated by spaces; gold trees in a ``.mrg`` file, in order."""
-        sources = list(read_lines(source_path))
+    def read_test_set(self, source_path: str | None, reference_path: str):
+        """Sentences, one per line, their words separated by spaces; gold trees in a ``.mrg`` file, in order.
+
+        Without ``source_path`` the sentences are the gold trees' words.
+        """
         references = treebank.read_trees(reference_path)
+        if source_path is None:
+            return [" ".join(tree.leaves()) for tree in references], references
+        sources = list(read_lines(source_path))
         if len(sources) != len(references):
             raise DataError(f"{source_path} has {len(sources)} lines but {reference_path} {len(references)} trees")
         for number, (source, tree) in enumerate(zip(sources, references, strict=True), start=1):
