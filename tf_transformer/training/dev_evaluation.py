@@ -105,11 +105,6 @@ class DevEvaluation(keras.callbacks.Callback):
         self.translate = translate
         self.last_score = None
 
-    @property
-    def last_bleu(self):
-        """The last dev BLEU (translation), kept under its earlier name."""
-        return self.last_score if self.task.metric == "bleu" else None
-
     def on_epoch_end(self, epoch, logs=None):
         if not (self.translate and self.dev_sources):
             return
