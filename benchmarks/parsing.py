@@ -44,15 +44,13 @@ def main(argv):
     del argv
     import tensorflow as tf
 
-    from benchmarks.common import machine
+    from benchmarks.common import choose_averaging, machine
     from configs import get_config, parse_overrides
     from tf_transformer.inference.batch_translation import translate_with_checkpoint
-    from tf_transformer.run_dir import checkpoint_dir
     from tf_transformer.tasks import get_task
     from tf_transformer.tasks.parsing.evalb import right_branching, score
     from tf_transformer.tasks.parsing.task import score_outputs
     from tf_transformer.tasks.parsing.treebank import read_range
-    from tf_transformer.training.averaging import average_checkpoints, last_checkpoints
     from tf_transformer.training.trainer import RunOptions, train
 
     logging.set_verbosity(logging.WARNING)
@@ -88,21 +86,12 @@ def main(argv):
 
     gold = read_range(FLAGS.data, FLAGS.dev_files)
     sources = [" ".join(tree.leaves()) for tree in gold]
-    available = len(tf.train.get_checkpoint_state(checkpoint_dir(model_dir)).all_model_checkpoint_paths)
-    dev_scores = {}
-    for last in sorted({min(int(n), available) for n in FLAGS.average}):
-        checkpoint = (
-            last_checkpoints(model_dir, 1)[0]
-            if last == 1
-            else average_checkpoints(model_dir, last=last, output=os.path.join(model_dir, f"averaged_{last}"))
-        )
-        decode_start = time.perf_counter()
-        outputs = [nbest[0][0] for nbest in translate_with_checkpoint(model_dir, sources, 32, checkpoint=checkpoint)]
-        result = score_outputs(sources, outputs, gold)
-        dev_scores[last] = (result, time.perf_counter() - decode_start)
-        print(f"dev with the last {last} checkpoint(s) averaged: {json.dumps(result)}", flush=True)
-    best = max(dev_scores, key=lambda n: dev_scores[n][0]["f1"])
-    dev, decode_seconds = dev_scores[best]
+    def evaluate(checkpoint):
+        nbests = translate_with_checkpoint(model_dir, sources, 32, checkpoint=checkpoint)
+        return score_outputs(sources, [nbest[0][0] for nbest in nbests], gold, FLAGS.linearization)
+
+    best, dev_scores = choose_averaging(model_dir, FLAGS.average, evaluate, "f1")
+    dev, _, decode_seconds = dev_scores[best]
     baseline = score(gold, [right_branching(tree.leaves(), [tag for _, tag in tree.pos()]) for tree in gold])
     epochs = summary["steps"] / summary["steps_per_epoch"]
     print(
@@ -115,7 +104,7 @@ def main(argv):
                 "well_formed": dev["well_formed"],
                 "repairs": dev["repairs"],
                 "sentences": dev["sentences"],
-                "f1_by_averaged": {str(n): s["f1"] for n, (s, _) in dev_scores.items()},
+                "f1_by_averaged": {str(n): s["f1"] for n, (s, _, _) in dev_scores.items()},
                 "averaged": best,
                 "right_branching_f1": round(baseline.f1, 2),
                 "dev_decode_seconds": round(decode_seconds, 1),

@@ -45,13 +45,11 @@ def main(argv):
     del argv
     import tensorflow as tf
 
-    from benchmarks.common import machine
+    from benchmarks.common import choose_averaging, machine
     from configs import get_config, parse_overrides
     from tf_transformer.evaluation import read_test_set, score
     from tf_transformer.inference.batch_translation import translate_lines, translate_with_checkpoint
     from tf_transformer.inference.export import export_run
-    from tf_transformer.run_dir import checkpoint_dir
-    from tf_transformer.training.averaging import average_checkpoints, last_checkpoints
     from tf_transformer.training.trainer import RunOptions, train
 
     logging.set_verbosity(logging.WARNING)
@@ -92,20 +90,12 @@ def main(argv):
     dev_src, dev_ref = read_test_set(
         *(os.path.join(FLAGS.data, f"{FLAGS.dev}.{code}") for code in (FLAGS.src, FLAGS.tgt))
     )
-    available = len(tf.train.get_checkpoint_state(checkpoint_dir(model_dir)).all_model_checkpoint_paths)
-    dev_scores = {}
-    for last in sorted({min(int(n), available) for n in FLAGS.average}):
-        checkpoint = (
-            last_checkpoints(model_dir, 1)[0]
-            if last == 1
-            else average_checkpoints(model_dir, last=last, output=os.path.join(model_dir, f"averaged_{last}"))
-        )
+    def evaluate(checkpoint):
         nbests = translate_with_checkpoint(model_dir, dev_src, 64, checkpoint=checkpoint)
-        hypotheses = [nbest[0][0] for nbest in nbests]
-        dev_scores[last] = (score(hypotheses, dev_ref), checkpoint)
-        print(f"dev ({FLAGS.dev}) with the last {last} checkpoint(s) averaged: {dev_scores[last][0]}", flush=True)
-    best = max(dev_scores, key=lambda n: dev_scores[n][0]["bleu"])
-    dev_result, checkpoint = dev_scores[best]
+        return score([nbest[0][0] for nbest in nbests], dev_ref)
+
+    best, dev_scores = choose_averaging(model_dir, FLAGS.average, evaluate, "bleu")
+    dev_result, checkpoint, _ = dev_scores[best]
 
     export_dir = os.path.join(model_dir, "export", "1")
     export_run(model_dir, export_dir, checkpoint=checkpoint, overwrite=True)
@@ -128,7 +118,7 @@ def main(argv):
         "signature": test["signature"],
         f"sacrebleu_{FLAGS.dev}": dev_result["bleu"],
         f"chrf_{FLAGS.dev}": dev_result["chrf"],
-        "dev_bleu_by_averaged": {str(n): s["bleu"] for n, (s, _) in dev_scores.items()},
+        "dev_bleu_by_averaged": {str(n): s["bleu"] for n, (s, _, _) in dev_scores.items()},
         "averaged": best,
         "test_decode_seconds": round(decode_seconds, 1),
         "train_minutes": round(wall / 60, 2),
