@@ -90,6 +90,7 @@ def main(argv):
     dev_src, dev_ref = read_test_set(
         *(os.path.join(FLAGS.data, f"{FLAGS.dev}.{code}") for code in (FLAGS.src, FLAGS.tgt))
     )
+
     def evaluate(checkpoint):
         nbests = translate_with_checkpoint(model_dir, dev_src, 64, checkpoint=checkpoint)
         return score([nbest[0][0] for nbest in nbests], dev_ref)

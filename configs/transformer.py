@@ -202,6 +202,9 @@ _TABLE3 = {
     "E": dict(position="learned"),
 }
 
+# Section 6.3: "a beam size of 21 and α = 0.3", "maximum output length to input length + 300".
+_PARSING_DECODING = dict(beam_size=21, alpha=0.3, max_extra_length=300)
+
 PRESETS: dict[str, TransformerConfig] = {
     # For tests: builds and runs a step in well under a second.
     "tiny": _BASE.replace(
@@ -248,9 +251,7 @@ PRESETS: dict[str, TransformerConfig] = {
         dropout=0.3,
         vocab_size=16000,
         max_train_length=640,
-        beam_size=21,
-        alpha=0.3,
-        max_extra_length=300,
+        **_PARSING_DECODING,
     ),
     # The parsing task within 40 minutes on a 2-core CPU (benchmarks/parsing.py): the WSJ sample's
     # ~3,400 trees, so a small model, strong dropout and many epochs.
@@ -267,9 +268,7 @@ PRESETS: dict[str, TransformerConfig] = {
         learning_rate_scale=1.0,
         tokens_per_batch=2048,
         max_train_length=640,
-        beam_size=21,
-        alpha=0.3,
-        max_extra_length=300,
+        **_PARSING_DECODING,
     ),
 }
 

@@ -66,6 +66,10 @@ def brackets(tree: Tree, kept: list[bool]) -> collections.Counter:
     return found
 
 
+def _percent(part: int, whole: int) -> float:
+    return 100.0 * part / whole if whole else 0.0
+
+
 @dataclasses.dataclass
 class BracketScore:
     """Counts over a corpus; precision, recall, F1 and exact match from them (EVALB's "Bracketing" lines)."""
@@ -80,11 +84,11 @@ class BracketScore:
 
     @property
     def precision(self) -> float:
-        return 100.0 * self.matched / self.test if self.test else 0.0
+        return _percent(self.matched, self.test)
 
     @property
     def recall(self) -> float:
-        return 100.0 * self.matched / self.gold if self.gold else 0.0
+        return _percent(self.matched, self.gold)
 
     @property
     def f1(self) -> float:
@@ -93,11 +97,11 @@ class BracketScore:
 
     @property
     def exact_match(self) -> float:
-        return 100.0 * self.exact / self.sentences if self.sentences else 0.0
+        return _percent(self.exact, self.sentences)
 
     @property
     def tagging_accuracy(self) -> float:
-        return 100.0 * self.correct_tags / self.words if self.words else 0.0
+        return _percent(self.correct_tags, self.words)
 
     def add(self, gold: Tree, test: Tree) -> None:
         """Scores one sentence; ``test`` must be over the same words as ``gold``."""
