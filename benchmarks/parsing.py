@@ -29,7 +29,7 @@ flags.DEFINE_string("train_files", "wsj_0001-wsj_0159", "Training files (a range
 flags.DEFINE_string("dev_files", "wsj_0160-wsj_0179", "Dev files: validation, the averaging choice, the score.")
 flags.DEFINE_string("config", "parsing_cpu", "Preset.")
 flags.DEFINE_multi_string("set", [], "Config overrides, e.g. --set dropout=0.2.")
-flags.DEFINE_enum("linearization", "xx", ["xx", "tags", "words"], "How trees are written as target symbols.")
+flags.DEFINE_enum("linearization", None, ["xx", "tags", "words"], "Trees as target symbols (default: the task's).")
 flags.DEFINE_integer("vocab_size", None, "SentencePiece vocabulary of the words (default: the preset's).")
 flags.DEFINE_integer("tokens_per_batch", None, "Tokens per batch and side (default: the preset's).")
 flags.DEFINE_float("minutes", 40.0, "Wall-clock training budget, vocabulary and data preparation included.")
@@ -54,7 +54,8 @@ def main(argv):
     from tf_transformer.training.trainer import RunOptions, train
 
     logging.set_verbosity(logging.WARNING)
-    model_dir = FLAGS.model_dir or f"runs/parsing_{FLAGS.linearization}"
+    linearization = get_task("parsing", FLAGS.linearization).linearization
+    model_dir = FLAGS.model_dir or f"runs/parsing_{linearization}"
     if tf.io.gfile.exists(model_dir):
         raise SystemExit(f"{model_dir} exists: a budgeted run must start fresh (remove it or pass --model_dir)")
     if not os.path.isdir(FLAGS.data):
@@ -66,7 +67,7 @@ def main(argv):
     options = RunOptions(
         data=FLAGS.data,
         task="parsing",
-        linearization=FLAGS.linearization,
+        linearization=linearization,
         train_split=FLAGS.train_files,
         dev_split=FLAGS.dev_files,
         train_steps=1_000_000,
@@ -76,7 +77,7 @@ def main(argv):
         tokens_per_batch=FLAGS.tokens_per_batch,
         precision=FLAGS.precision,
         vocab_size=FLAGS.vocab_size,
-        dev_bleu_sentences=100,  # dev F1 each epoch on the first 100 dev trees, by greedy search
+        dev_bleu_sentences=50,  # dev F1 each epoch on the first 50 dev trees, by greedy search
         attention_images=2,
         seed=FLAGS.seed,
         verbose=2,
@@ -89,7 +90,7 @@ def main(argv):
 
     def evaluate(checkpoint):
         nbests = translate_with_checkpoint(model_dir, sources, 32, checkpoint=checkpoint)
-        return score_outputs(sources, [nbest[0][0] for nbest in nbests], gold, FLAGS.linearization)
+        return score_outputs(sources, [nbest[0][0] for nbest in nbests], gold, linearization)
 
     best, dev_scores = choose_averaging(model_dir, FLAGS.average, evaluate, "f1")
     dev, _, decode_seconds = dev_scores[best]
@@ -115,7 +116,7 @@ def main(argv):
                 "params": summary["params"],
                 "config": config.name,
                 "overrides": FLAGS.set,
-                "linearization": FLAGS.linearization,
+                "linearization": linearization,
                 "vocab_size": FLAGS.vocab_size or config.vocab_size,
                 "beam_size": config.beam_size,
                 "alpha": config.alpha,

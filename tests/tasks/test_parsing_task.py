@@ -53,8 +53,7 @@ def test_a_parsing_run_records_its_task_and_scores_dev_f1(tmp_path, text_cache):
     write_treebank(tmp_path / "mrg", files=4, trees=25)
     options = tiny_options(
         tmp_path / "mrg",
-        task="parsing",
-        linearization="xx",
+        task="parsing",  # no linearization: the default scheme is recorded as used
         train_split="wsj_0001-wsj_0003",
         dev_split="wsj_0004",
         dev_bleu_sentences=10,
@@ -67,9 +66,9 @@ def test_a_parsing_run_records_its_task_and_scores_dev_f1(tmp_path, text_cache):
     assert 0 <= summary["dev_f1"] <= 100 and "dev_bleu" not in summary
     assert summary["history"]["val_f1"] == [summary["dev_f1"]]
     _, run = load_run(str(tmp_path / "run"))
-    assert (run["task"], run["linearization"]) == ("parsing", "xx")
+    assert (run["task"], run["linearization"]) == ("parsing", "words")
     stored = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert set(stored["fingerprints"]["corpus"]) == {"xx.words", "xx.trees"}
+    assert set(stored["fingerprints"]["corpus"]) == {"words.words", "words.trees"}
 
 
 def test_a_parsing_run_resumes_with_its_text_rewritten_and_refuses_another_linearization(tmp_path, text_cache):

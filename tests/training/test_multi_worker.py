@@ -402,3 +402,33 @@ def test_two_workers_in_mixed_float16_agree_on_every_overflow(corpus, tmp_path):
         np.testing.assert_array_equal(other.get_tensor(name), value, err_msg=name)
         if value.dtype.kind == "f":
             assert np.isfinite(value).all(), name
+
+
+def test_two_workers_train_a_parser_to_the_one_process_weights_and_dev_f1(tmp_path, monkeypatch):
+    """The task changes the data, not the layouts: a parsing run (trees as text, symbols in the vocabulary,
+    dev F1 by the chief's greedy search) on two worker processes makes the one-process updates."""
+    from tests.corpora import write_treebank
+
+    monkeypatch.setenv("TFT_TEXT_CACHE", str(tmp_path / "text_cache"))  # the workers inherit it
+    write_treebank(tmp_path / "mrg", files=3, trees=30)
+
+    def command(run, *extra):
+        argv = flags(tmp_path / "mrg", run, "--train_steps=10", "--steps_per_epoch=5", *extra)
+        parser = [
+            "--task=parsing",
+            "--linearization=words",
+            "--train_split=wsj_0001-wsj_0002",
+            "--dev_split=wsj_0003",
+            "--set=max_extra_length=8",
+        ]
+        return [str(BIN / "tft-train"), *(a for a in argv if a != "--dev_split=val"), *parser]
+
+    done = subprocess.run(command(tmp_path / "one"), env=environment(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for code, stderr in finish(start_workers(2, lambda index: command(tmp_path / "multi", "--strategy=multi_worker"))):
+        assert code == 0, stderr[-3000:]
+    for a, b in zip(weights(tmp_path / "multi"), weights(tmp_path / "one"), strict=True):
+        np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-4)
+    ours, theirs = (json.loads((tmp_path / name / "train_summary.json").read_text()) for name in ("multi", "one"))
+    assert ours["steps"] == theirs["steps"] == 10
+    assert ours["dev_f1"] == pytest.approx(theirs["dev_f1"], abs=1e-6)

@@ -38,9 +38,9 @@ flags.DEFINE_enum(
     "linearization",
     None,
     ["xx", "tags", "words"],
-    "--task parsing: how a tree is written as target symbols: xx (every POS tag as the placeholder XX, "
-    "Vinyals et al. 2015; the default), tags (the POS tags kept, as tensor2tensor's WSJ problem) or words "
-    "(each preterminal written as its word; docs/parsing.md).",
+    "--task parsing: how a tree is written as target symbols: words (each preterminal written as its word; "
+    "the default), xx (every POS tag as the placeholder XX, Vinyals et al. 2015) or tags (the POS tags kept, "
+    "as tensor2tensor's WSJ problem); docs/parsing.md.",
 )
 flags.DEFINE_string("src", "en", "Source language code (file suffix).")
 flags.DEFINE_string("tgt", "de", "Target language code (file suffix).")
@@ -133,7 +133,7 @@ def main(argv):
         raise app.UsageError("--model_dir is required: where the run is written")
     from tf_transformer.tasks import get_task
 
-    task = get_task(FLAGS.task)
+    task = get_task(FLAGS.task, FLAGS.linearization)
     train_split = task.splits.train if FLAGS.train_split is None else FLAGS.train_split
     dev_split = task.splits.dev if FLAGS.dev_split is None else FLAGS.dev_split
     if task.name == "parsing":
@@ -160,7 +160,7 @@ def main(argv):
     options = RunOptions(
         data=FLAGS.data,
         task=task.name,
-        linearization=(FLAGS.linearization or "xx") if task.name == "parsing" else None,
+        linearization=task.linearization if task.name == "parsing" else None,
         src=FLAGS.src,
         tgt=FLAGS.tgt,
         train_split=train_split,

@@ -10,7 +10,7 @@ TASK_NAMES = ("translation", "parsing")
 def get_task(name: str | None, linearization: str | None = None) -> Task:
     """The task ``name`` (``None``: translation, the task of runs written before tasks were recorded).
 
-    ``linearization``: a parser's (``--linearization``; ``None``: ``xx``).
+    ``linearization``: a parser's (``--linearization``; ``None``: the default scheme, ``words``).
     """
     name = name or "translation"
     if name == "translation":

@@ -125,6 +125,9 @@ def prepare(
     """
     resolved = resume.keep_run_defaults(model_dir, resolved, strategy)  # resumed: auto precision is the run's own
     options = resolved.options
+    task = get_task(options.task, options.linearization)
+    if task.name == "parsing":  # recorded as used, so a later change of the default cannot misread the run
+        options = dataclasses.replace(options, linearization=task.linearization)
     chief = cluster is None or cluster.is_chief
     replicas = strategy.num_replicas_in_sync
     run = {**dataclasses.asdict(options), "num_replicas": replicas, "precision_reason": resolved.precision_reason}
@@ -138,7 +141,6 @@ def prepare(
     source_dir = init_checkpoint = None
     if options.init_from and not resuming:
         source_dir, init_checkpoint = resume.source_run(options.init_from)
-    task = get_task(options.task, options.linearization)
     corpus = task.corpus(options, options.train_split)
     differing = []
     if chief:

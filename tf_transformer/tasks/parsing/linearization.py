@@ -46,6 +46,7 @@ from nltk import Tree
 from tf_transformer.tasks.parsing.treebank import is_preterminal
 
 SCHEMES = ("xx", "tags", "words")
+DEFAULT_SCHEME = "words"  # chosen on dev: docs/parsing.md#where-it-stands
 PLACEHOLDER = "XX"
 SYMBOL_PATTERN = r"[()]\S+|XX"  # (NP )NP (NNP) XX: the symbols of every scheme
 TOP_LABEL = "S"  # the label given to a root the repair has to add (the commonest sentence root in WSJ)

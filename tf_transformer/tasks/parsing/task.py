@@ -29,6 +29,7 @@ from pipelines.text_lines import DataError, read_lines
 from tf_transformer.files import write_bytes
 from tf_transformer.tasks.parsing import evalb, treebank
 from tf_transformer.tasks.parsing.linearization import (
+    DEFAULT_SCHEME,
     PLACEHOLDER,
     SCHEMES,
     SYMBOL_PATTERN,
@@ -52,7 +53,7 @@ class Parsing(Task):
     decoding = {name: getattr(PRESETS["parsing"], name) for name in ("beam_size", "alpha", "max_extra_length")}
 
     def __init__(self, linearization: str | None = None):
-        self.linearization = linearization or "xx"
+        self.linearization = linearization or DEFAULT_SCHEME
         if self.linearization not in SCHEMES:
             raise ValueError(f"--linearization must be one of {', '.join(SCHEMES)}, got {self.linearization!r}")
 
