@@ -27,12 +27,26 @@ def test_a_linearized_tree_reads_back_without_repairs(scheme):
     assert tree == expected
 
 
-def test_under_words_the_output_s_words_count_leaves_and_the_source_s_are_put_back():
-    tree, repairs = repair("(S (NP Jon )NP (VP sow (NP a dgo )NP )VP . )S".split(), TREE.leaves(), "words")
-    assert repairs.well_formed and tree.leaves() == TREE.leaves()
-    tree, repairs = repair("(S (NP Jon )NP (VP sow a dog . extra )VP )S".split(), TREE.leaves(), "words")
-    assert repairs.extra_leaves == 1 and tree.leaves() == TREE.leaves()
+def test_under_words_the_output_s_words_are_matched_to_the_input_s_by_content():
+    tree, repairs = repair("(S (NP Jon )NP (VP saw (NP a dgo )NP )VP . )S".split(), TREE.leaves(), "words")
+    assert tree.leaves() == TREE.leaves() and repairs.replaced_words == 2 and repairs.total == 2
+    tree, repairs = repair("(S (NP John )NP (VP saw a dog . extra )VP )S".split(), TREE.leaves(), "words")
+    assert repairs.extra_leaves == 1 and repairs.total == 1 and tree.leaves() == TREE.leaves()
     assert repair("(S (NP ▁Jon )NP )S".split(), ["John"], "xx")[1].unknown_symbols == 1
+
+
+def test_under_words_a_skipped_word_goes_beside_its_neighbour_and_later_words_keep_their_brackets():
+    """Matched by position, one skipped word would move every later word one leaf on, and every bracket after
+    it would span the wrong words."""
+    tree, repairs = repair("(S (NP John )NP (VP (NP a dog )NP )VP . )S".split(), TREE.leaves(), "words")
+    assert one_line(tree) == "(S (NP (XX John) (XX saw)) (VP (NP (XX a) (XX dog))) (XX .))"
+    assert (repairs.missing_words, repairs.total) == (1, 1)
+    tree, repairs = repair("(S (NP )NP (VP saw (NP a dog )NP )VP . )S".split(), TREE.leaves(), "words")
+    assert one_line(tree) == "(S (VP (XX John) (XX saw) (NP (XX a) (XX dog))) (XX .))"  # before the first word
+    assert (repairs.missing_words, repairs.empty_constituents) == (1, 1)
+    tree, repairs = repair("(S (NP John John )NP (VP saw (NP dog )NP )VP . )S".split(), TREE.leaves(), "words")
+    assert one_line(tree) == "(S (NP (XX John)) (VP (XX saw) (XX a) (NP (XX dog))) (XX .))"  # after "saw"
+    assert (repairs.extra_leaves, repairs.missing_words) == (1, 1)
 
 
 def test_repairs_are_counted():
@@ -76,3 +90,18 @@ def test_any_output_repairs_to_a_tree_over_exactly_the_words(symbols, count):
 
 def test_the_inventory_is_the_target_vocabulary_most_frequent_first():
     assert symbol_inventory([TREE], "xx") == ["XX", "(NP", ")NP", "(S", "(VP", ")S", ")VP"]
+
+
+WORD_SYMBOLS = st.sampled_from(["(S", ")S", "(NP", ")NP", "(VP", ")VP", "w0", "w1", "w2", "w3", "other", "XX"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(symbols=st.lists(WORD_SYMBOLS, max_size=30), count=st.integers(0, 6))
+def test_any_output_under_words_repairs_to_a_tree_over_exactly_the_words(symbols, count):
+    words = [f"w{index}" for index in range(count)]
+    tree, repairs = repair(symbols, words, "words")
+    assert tree.leaves() == words
+    assert all(node.label() for node in tree.subtrees())
+    assert all(len(node) for node in tree.subtrees()) or not words
+    if repairs.well_formed:
+        assert linearize(tree, "words") == symbols

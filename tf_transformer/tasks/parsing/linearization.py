@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import difflib
 import re
 
 from nltk import Tree
@@ -96,8 +97,9 @@ class Repairs:
     unmatched_closings: int = 0  # a closing of a label not open: dropped
     closed_early: int = 0  # constituents a closing of a label further out closed
     empty_constituents: int = 0  # closed with no word inside: dropped
-    extra_leaves: int = 0  # preterminals beyond the last input word: dropped
-    missing_words: int = 0  # input words no preterminal took: attached to the top constituent
+    extra_leaves: int = 0  # preterminals beyond the last input word (words: output words no input word pairs): dropped
+    missing_words: int = 0  # input words no preterminal took: beside their neighbour (words), else at the top
+    replaced_words: int = 0  # words: an output word that differs from the input word it stands for
     closed_at_end: int = 0  # constituents still open when the output ended
     added_root: int = 0  # several top constituents, or none: put under one S
 
@@ -117,13 +119,16 @@ class Repairs:
 def repair(symbols: list[str], words: list[str], scheme: str = "xx") -> tuple[Tree, Repairs]:
     """A tree over exactly ``words`` from decoded ``symbols``, and the repairs it took (see the module).
 
-    Preterminals take ``words`` in order, tagged ``XX`` but under ``tags``. Under
-    ``words`` every token that is no symbol is a preterminal; under the other
-    schemes it is dropped as unknown.
+    Under ``xx`` and ``tags`` preterminals take ``words`` in order (tagged ``XX``
+    but under ``tags``). Under ``words`` every token that is no symbol is a
+    word, and the output's words are matched to the input's by content
+    (:func:`_match_words`): a skipped word is put back beside its neighbour
+    rather than shifting every later word one leaf on.
     """
     leaf_tag = PLACEHOLDER
     repairs = Repairs()
     stack: list[Tree] = [Tree("", [])]  # a virtual root collects the top constituents
+    leaves: list[Tree] = []  # under ``words``: the output's word leaves, in order
     used = 0
 
     def close() -> None:
@@ -145,17 +150,14 @@ def repair(symbols: list[str], words: list[str], scheme: str = "xx") -> tuple[Tr
             repairs.closed_early += len(stack) - 1 - depth
             while len(stack) > depth:
                 close()
-        elif kind == "leaf":
+        elif scheme == "words" and kind == "other":
+            leaves.append(Tree(leaf_tag, [symbol]))
+            stack[-1].append(leaves[-1])
+        elif kind == "leaf" and scheme != "words":
             if used == len(words):
                 repairs.extra_leaves += 1
                 continue
             stack[-1].append(Tree(leaf_tag if label == PLACEHOLDER else label, [words[used]]))
-            used += 1
-        elif scheme == "words" and kind == "other":
-            if used == len(words):
-                repairs.extra_leaves += 1
-                continue
-            stack[-1].append(Tree(leaf_tag, [words[used]]))
             used += 1
         else:
             repairs.unknown_symbols += 1
@@ -163,6 +165,8 @@ def repair(symbols: list[str], words: list[str], scheme: str = "xx") -> tuple[Tr
     while len(stack) > 1:
         close()
     root = stack[0]
+    if leaves:
+        root, used = _put_words(root, _match_words(leaves, words, repairs), repairs), len(words)
     if used < len(words):
         repairs.missing_words = len(words) - used
         target = root[-1] if len(root) == 1 and not is_preterminal(root[-1]) else root
@@ -171,6 +175,49 @@ def repair(symbols: list[str], words: list[str], scheme: str = "xx") -> tuple[Tr
         return root[0], repairs
     repairs.added_root = 1
     return Tree(TOP_LABEL, list(root)), repairs
+
+
+def _match_words(leaves: list[Tree], words: list[str], repairs: Repairs) -> dict[int, list[str]]:
+    """The input words each output word leaf stands for (by ``id``), matched in order by content.
+
+    Equal runs match (difflib's longest matching blocks); where output and
+    input differ, their words pair up in order (each pair counted as a replaced
+    word), an output word left over is dropped (an extra leaf) and an input
+    word left over goes with the leaf of the input word before it, or the
+    first leaf for words before any (a missing word).
+    """
+    owner: list[int | None] = [None] * len(words)  # the leaf each input word goes with
+    matcher = difflib.SequenceMatcher(None, [leaf[0] for leaf in leaves], words, autojunk=False)
+    for operation, i1, i2, j1, j2 in matcher.get_opcodes():
+        paired = min(i2 - i1, j2 - j1)
+        owner[j1 : j1 + paired] = range(i1, i1 + paired)
+        repairs.replaced_words += paired if operation == "replace" else 0
+        repairs.extra_leaves += (i2 - i1) - paired
+    repairs.missing_words += owner.count(None)
+    taken: dict[int, list[str]] = {id(leaf): [] for leaf in leaves}
+    if not words:
+        return taken
+    first = next(index for index in owner if index is not None)  # with leaves and words, some pair
+    previous = None
+    for index, word in zip(owner, words, strict=True):
+        previous = index if index is not None else previous
+        taken[id(leaves[first if previous is None else previous])].append(word)
+    return taken
+
+
+def _put_words(root: Tree, taken: dict[int, list[str]], repairs: Repairs) -> Tree:
+    """``root`` with each word leaf replaced by the preterminals of its words (none: dropped)."""
+
+    def rebuild(node: Tree) -> list[Tree]:
+        if id(node) in taken:
+            return [Tree(PLACEHOLDER, [word]) for word in taken[id(node)]]
+        children = [kept for child in node for kept in rebuild(child)]
+        if not children and node is not root:
+            repairs.empty_constituents += 1
+            return []
+        return [Tree(node.label(), children)]
+
+    return rebuild(root)[0]
 
 
 def symbol_inventory(trees, scheme: str) -> list[str]:
