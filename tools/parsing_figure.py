@@ -1,7 +1,7 @@
 """Draws one dev tree and a parser's tree over its words (docs/parsing.md's example).
 
     .venv/bin/python tools/parsing_figure.py --model_dir runs/parsing_words \\
-        --checkpoint runs/parsing_words/averaged_5/ckpt-1 --tree 12 --output docs/images/parsing_example.png
+        --checkpoint runs/parsing_words/averaged_3/ckpt --tree 62 --output docs/images/parsing_example.png
 
 The sentence is tree ``--tree`` (from 1) of the ``--files`` range under
 ``--data``; the parse is the run's decoding (its beam, α and length limit),
@@ -26,9 +26,9 @@ def main() -> None:
 
     from tf_transformer.inference.batch_translation import translate_with_checkpoint
     from tf_transformer.tasks import task_of_run
-    from tf_transformer.tasks.parsing import evalb
     from tf_transformer.tasks.parsing.figure import tree_figure
     from tf_transformer.tasks.parsing.linearization import repair
+    from tf_transformer.tasks.parsing.task import score_outputs
     from tf_transformer.tasks.parsing.treebank import read_range
 
     trees = read_range(args.data, args.files)
@@ -38,18 +38,17 @@ def main() -> None:
     words = " ".join(gold.leaves())
     task = task_of_run(args.model_dir)
     [[(output, _)]] = translate_with_checkpoint(args.model_dir, [words], 1, checkpoint=args.checkpoint)
-    parse, repairs = repair(output.split(), words.split(), task.linearization)
-    shown = evalb.with_gold_tags(parse, gold) if any(tag == "XX" for _, tag in parse.pos()) else parse
-    score = evalb.score([gold], [shown])
+    parse, _ = repair(output.split(), words.split(), task.linearization)
+    score = score_outputs([words], [output], [gold], task.linearization)  # as the benchmark scores every tree
     figure = tree_figure(
         [gold, parse],
         [
             f"{args.files} tree {args.tree}, the treebank's (cleaned)",
-            f"the parser's (F1 {score.f1:.1f}; {'well-formed' if repairs.well_formed else 'repaired'})",
+            f"the parser's (F1 {score['f1']:.1f}; {'well-formed' if score['well_formed'] else 'repaired'})",
         ],
     )
     figure.savefig(args.output, dpi=110)
-    print(f"{args.output}: F1 {score.f1:.2f}, {len(gold.leaves())} words")
+    print(f"{args.output}: F1 {score['f1']:.2f}, {len(gold.leaves())} words")
 
 
 if __name__ == "__main__":

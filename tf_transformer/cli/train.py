@@ -133,7 +133,7 @@ def main(argv):
         raise app.UsageError("--model_dir is required: where the run is written")
     from tf_transformer.tasks import get_task
 
-    task = get_task(FLAGS.task, FLAGS.linearization)
+    task = get_task(FLAGS.task)
     train_split = task.splits.train if FLAGS.train_split is None else FLAGS.train_split
     dev_split = task.splits.dev if FLAGS.dev_split is None else FLAGS.dev_split
     if task.name == "parsing":
@@ -160,7 +160,7 @@ def main(argv):
     options = RunOptions(
         data=FLAGS.data,
         task=task.name,
-        linearization=task.linearization if task.name == "parsing" else None,
+        linearization=FLAGS.linearization,  # None: the task's default, resolved and recorded by the trainer
         src=FLAGS.src,
         tgt=FLAGS.tgt,
         train_split=train_split,
