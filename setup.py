@@ -56,6 +56,7 @@ setup(
             "tft-evaluate=tf_transformer.cli.evaluate:run",
             "tft-attention=tf_transformer.cli.attention:run",
             "tft-parse=tf_transformer.cli.parse:run",
+            "tft-score=tf_transformer.cli.score:run",
         ]
     },
     license="Apache-2.0",

@@ -8,8 +8,9 @@ installed here. It imports nothing from this project.
 
     .venv-tf212/bin/python tools/session_loader_check.py EXPORT '{"strings": ["a b"], "ids": [[9, 3]]}'
 
-Each signature is fed by its SignatureDef's tensor names: a string input gets
-``strings``, an integer input ``ids``. ``--without_tf_text`` loads without
+Each signature is fed by its SignatureDef's tensor names: an input named in
+``named`` gets that value (the scalar settings of ``translate_with_options`` and
+``sample``), any other string input ``strings``, an integer input ``ids``. ``--without_tf_text`` loads without
 importing tensorflow_text (for an ``--ids_only`` export, which must not need
 it). Prints one JSON object: the TensorFlow version and each signature's
 outputs.
@@ -24,10 +25,14 @@ import numpy as np
 
 
 def _jsonable(value):
-    value = np.asarray(value)
-    if value.dtype == object:
-        return [v.decode("utf-8") if isinstance(v, bytes) else _jsonable(v) for v in value.tolist()]
-    return value.tolist()
+    """An output as JSON values, strings (at any depth) decoded from UTF-8."""
+
+    def decoded(item):
+        if isinstance(item, list):
+            return [decoded(v) for v in item]
+        return item.decode("utf-8") if isinstance(item, bytes) else item
+
+    return decoded(np.asarray(value).tolist())
 
 
 def run_signatures(export: str, inputs: dict) -> dict:
@@ -42,6 +47,9 @@ def run_signatures(export: str, inputs: dict) -> dict:
                 continue
             feed = {}
             for key, tensor in signature.inputs.items():
+                if key in inputs.get("named", {}):
+                    feed[tensor.name] = inputs["named"][key]
+                    continue
                 kind = "strings" if tensor.dtype == tf.string.as_datatype_enum else "ids"
                 if kind not in inputs:
                     raise SystemExit(f"signature {name!r} input {key!r} needs {kind!r} in the inputs")
@@ -54,7 +62,7 @@ def run_signatures(export: str, inputs: dict) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("export", help="an export's version directory")
-    parser.add_argument("inputs", help='JSON: {"strings": [...], "ids": [[...], ...]}')
+    parser.add_argument("inputs", help='JSON: {"strings": [...], "ids": [[...], ...], "named": {name: value}}')
     parser.add_argument("--without_tf_text", action="store_true", help="do not import tensorflow_text")
     args = parser.parse_args()
     import tensorflow as tf

@@ -175,8 +175,17 @@ def test_translate_cli_from_a_run_with_nbest(tiny_run, tiny_export):
     split_rows = [line.split("\t") for line in parts.stdout.strip("\n").split("\n")]
     assert [(r[0], r[2]) for r in split_rows] == [(r[0], r[2]) for r in rows]  # one sentence per part: same n-best
     np.testing.assert_allclose([float(r[1]) for r in split_rows], [float(r[1]) for r in rows], atol=2e-4)
-    refused = run_command("tft-translate", "--model", str(tiny_export), "--nbest", "2", input="zeta\n")
-    assert refused.returncode != 0 and "--model_dir" in refused.stderr
+    # An export's options signature: the same n-best as the run at the same settings (the export's input + 10).
+    same = ["--beam_size", "2", "--nbest", "2", "--max_extra_length", "10"]
+    from_run = run_command("tft-translate", "--model_dir", str(tiny_run), *same, input="\n".join(lines) + "\n")
+    from_export = run_command("tft-translate", "--model", str(tiny_export), *same, input="\n".join(lines) + "\n")
+    assert from_export.returncode == 0, from_export.stderr[-3000:]
+    run_rows = [line.split("\t") for line in from_run.stdout.strip("\n").split("\n")]
+    export_rows = [line.split("\t") for line in from_export.stdout.strip("\n").split("\n")]
+    assert [(r[0], r[2]) for r in export_rows] == [(r[0], r[2]) for r in run_rows] and len(run_rows) == 4
+    np.testing.assert_allclose([float(r[1]) for r in export_rows], [float(r[1]) for r in run_rows], atol=2e-4)
+    refused = run_command("tft-translate", "--model", str(tiny_export), "--beam_size", "3", input="zeta\n")
+    assert refused.returncode != 0 and "beam_size must be one of 1, 2, 4, 8" in refused.stderr
 
 
 def test_translate_names_a_missing_model(tmp_path):

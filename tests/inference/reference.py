@@ -11,12 +11,12 @@ import tensorflow as tf
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
 
 
-def reference_greedy(model, inputs, max_extra_length: int = 50, max_output_length: int | None = None):
+def reference_greedy(model, inputs, max_extra_length: int = 50, max_output_length: int | None = None, min_length=2):
     """Greedy translations of ``inputs`` (``int32[batch, src_len]``, EOS-terminated, 0-padded).
 
     Returns ``int32[batch, out_len]`` ids without BOS, each ending in EOS (or cut
-    at the maximum length) and padded with 0. Stops as soon as every row has
-    produced EOS.
+    at the maximum length) and padded with 0; no EOS before ``min_length`` tokens
+    (EOS counted). Stops as soon as every row has produced EOS.
     """
     inputs = tf.convert_to_tensor(inputs, tf.int32)
     batch = tf.shape(inputs)[0]
@@ -34,7 +34,10 @@ def reference_greedy(model, inputs, max_extra_length: int = 50, max_output_lengt
     def body(step, tokens, finished):
         logits = model.decode(tokens[:, :-1], memory, memory_mask, training=False)  # [batch, limit, vocab]
         banned = tf.one_hot([PAD_ID, BOS_ID], tf.shape(logits)[-1], on_value=-1e9, off_value=0.0)  # never outputs
-        next_id = tf.cast(tf.argmax(logits[:, step] + tf.reduce_sum(banned, 0), axis=-1), tf.int32)  # [batch]
+        eos = tf.one_hot(EOS_ID, tf.shape(logits)[-1], on_value=-1e9, off_value=0.0) * tf.cast(
+            step + 1 < min_length, tf.float32
+        )
+        next_id = tf.cast(tf.argmax(logits[:, step] + tf.reduce_sum(banned, 0) + eos, axis=-1), tf.int32)  # [batch]
         per_row_limit = source_lengths + max_extra_length
         next_id = tf.where(finished, PAD_ID, next_id)
         next_id = tf.where(tf.logical_and(~finished, step + 1 >= per_row_limit), EOS_ID, next_id)

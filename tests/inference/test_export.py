@@ -81,7 +81,9 @@ def test_export_saves_each_weight_once(tiny_run, tiny_export, tmp_path):
     default) they are saved a second time, beside their decoding layout, and no more."""
     model, _ = restore_model(str(tiny_run))
     options = DecodeOptions.for_run(str(tiny_run), max_extra_length=10)
-    plain = export_run(str(tiny_run), str(tmp_path / "plain" / "1"), options, alignment_layer=None)
+    plain = export_run(
+        str(tiny_run), str(tmp_path / "plain" / "1"), options, alignment_layer=None, request_signatures=False
+    )
     assert saved_numbers(tmp_path / "plain" / "1") == model.count_params()  # the decoding layout: as many numbers
     assert plain.endswith("1")
     decoder_kernels = sum(int(np.prod(w.shape)) for w in model.decoder.weights if w.path.endswith("kernel"))
@@ -148,7 +150,15 @@ def test_fresh_process_loads_with_both_loaders_and_matches(tiny_run, tiny_export
 @pytest.mark.slow
 def test_bfloat16_export_loads_in_a_fresh_process_and_translates(tiny_run, tmp_path):
     """``--dtype bfloat16``: bfloat16 variables in the SavedModel; both loaders run it."""
-    output = export_cli(tiny_run, tmp_path / "tiny_bf16" / "1", "--dtype", "bfloat16", "--max_source_length", "512")
+    output = export_cli(
+        tiny_run,
+        tmp_path / "tiny_bf16" / "1",
+        "--dtype",
+        "bfloat16",
+        "--max_source_length",
+        "512",
+        "--norequest_signatures",
+    )
     prefix = str(output / "variables" / "variables")
     values = [tf.train.load_variable(prefix, name) for name, _ in tf.train.list_variables(prefix)]
     float_dtypes = {v.dtype.name for v in values if isinstance(v, np.ndarray) and v.dtype.kind in "fV"}
@@ -188,7 +198,7 @@ def test_export_in_batch_parts_translates_as_in_process(tiny_run, tmp_path):
 
 def test_existing_export_is_not_overwritten(tiny_run, tiny_export):
     with pytest.raises(FileExistsError, match="exists"):
-        export_run(str(tiny_run), str(tiny_export))
+        export_run(str(tiny_run), str(tiny_export), request_signatures=False)
 
 
 def sentence_of(tokenizer, tokens: int) -> str:
@@ -203,7 +213,9 @@ def sentence_of(tokenizer, tokens: int) -> str:
 
 def test_export_refuses_sources_over_its_limit_with_a_clear_error(tiny_run, tmp_path):
     """By default the limit is training's max_train_length (64, EOS included); ids outside the vocabulary fail too."""
-    output = export_run(str(tiny_run), str(tmp_path / "limited" / "1"), DecodeOptions.for_run(str(tiny_run)))
+    output = export_run(
+        str(tiny_run), str(tmp_path / "limited" / "1"), DecodeOptions.for_run(str(tiny_run)), request_signatures=False
+    )
     info = json.loads((tmp_path / "limited" / "1" / EXPORT_INFO).read_text())
     assert info["max_source_length"] == 64 and info["source_vocab_size"] == 120
     tokenizer = Tokenizer(str(tiny_run / "sp.model"))

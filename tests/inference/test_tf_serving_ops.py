@@ -18,12 +18,27 @@ import pytest
 import tensorflow as tf
 
 from tests.commands import export_cli
-from tf_transformer.inference.export_info import EXPORT_INFO
+from tf_transformer.inference.export_info import EXPORT_INFO, REQUEST_TIME_SIGNATURES
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SERVING_PYTHON = ROOT / ".venv-tf212" / "bin" / "python"
 CHECK = ROOT / "tools" / "session_loader_check.py"
-INPUTS = {"strings": ["alpha beta gamma", "", "zeta omega", "omega 🙂 sigma"], "ids": [[9, 10, 11, 3], [12, 3, 0, 0]]}
+INPUTS = {
+    "strings": ["alpha beta gamma", "", "zeta omega", "omega 🙂 sigma"],
+    "ids": [[9, 10, 11, 3], [12, 3, 0, 0]],
+    # The request-time signatures' scalars (a target prefix or target is a string of "strings").
+    "named": {
+        "beam_size": 2,
+        "alpha": 1.0,
+        "nbest": 2,
+        "min_length": 3,
+        "max_extra_length": 5,
+        "seed": 7,
+        "temperature": 0.8,
+        "top_k": 20,
+        "top_p": 0.9,
+    },
+}
 
 # Op types of a graph that may be absent from a TensorFlow without tensorflow-text.
 CORE_OPS = r"""
@@ -63,9 +78,11 @@ def in_this_tensorflow(export) -> dict:
     loaded = tf.saved_model.load(str(export))
     results = {}
     for name, function in loaded.signatures.items():
-        spec = function.structured_input_signature[1]["inputs"]
-        value = INPUTS["strings"] if spec.dtype == tf.string else INPUTS["ids"]
-        outputs = function(inputs=tf.constant(value, spec.dtype))
+        feed = {}
+        for key, spec in function.structured_input_signature[1].items():
+            value = INPUTS["strings"] if spec.dtype == tf.string else INPUTS["ids"]
+            feed[key] = tf.constant(INPUTS["named"].get(key, value), spec.dtype)
+        outputs = function(**feed)
         results[name] = {key: tensor.numpy() for key, tensor in outputs.items()}
     return results
 
@@ -87,6 +104,11 @@ def test_ids_only_export_has_only_core_ops_and_translates_like_translate_ids(tin
     for name in ids_only:
         np.testing.assert_array_equal(ids_only[name]["ids"], full["translate_ids"]["ids"])
         np.testing.assert_allclose(ids_only[name]["scores"], full["translate_ids"]["scores"], atol=1e-5)
+
+
+def decoded(value: np.ndarray) -> np.ndarray:
+    """A string array's bytes as text, same shape."""
+    return np.vectorize(lambda v: v.decode(), otypes=[object])(value)
 
 
 def serving_build(export, *flags) -> dict:
@@ -114,13 +136,15 @@ def test_every_signature_runs_in_tf_serving_op_set(kind, tiny_export, ids_only_e
     there, here = serving_build(export, *flags), in_this_tensorflow(export)
     assert set(there) == set(here) and here
     # A fixture change must not shrink the check: the full export's alignment signature is among those run.
-    expected = {"serving_default", "translate_ids"} | ({"translate_with_alignment"} if kind != "ids_only" else set())
+    expected = {"serving_default", "translate_ids"}
+    if kind != "ids_only":
+        expected |= {"translate_with_alignment", *REQUEST_TIME_SIGNATURES}
     assert expected <= set(here), sorted(here)
     for name, outputs in here.items():
         assert set(there[name]) == set(outputs), name
         for key, value in outputs.items():
             if value.dtype == object:
-                assert there[name][key] == [v.decode() for v in value.tolist()], (name, key)
+                assert np.array_equal(np.array(there[name][key], dtype=object), decoded(value)), (name, key)
             elif value.dtype.kind == "f":
                 np.testing.assert_allclose(there[name][key], value, atol=1e-4, err_msg=f"{name}/{key}")
             else:

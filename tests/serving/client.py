@@ -1,5 +1,6 @@
 """Starting tft-serve in a process and talking HTTP to it, politely or not, from tests and benchmarks."""
 
+import contextlib
 import http.client
 import json
 import os
@@ -105,3 +106,19 @@ class Server:
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.process.wait()
+
+
+@contextlib.contextmanager
+def in_process(export, **options):
+    """tft-serve's server over ``export`` in this process (``make_server``'s ``options``), loaded and serving."""
+    import threading
+
+    from tf_transformer.serving import make_server
+
+    started = make_server(str(export), port=0, poll_seconds=0, **options)
+    threading.Thread(target=started.serve_forever, daemon=True).start()
+    try:
+        assert started.versions.wait_loaded(300)
+        yield started
+    finally:
+        started.stop()

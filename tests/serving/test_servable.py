@@ -1,25 +1,17 @@
 """Servable.check: a request over an export's limits is refused before any graph runs, however it is padded."""
 
-import threading
-
 import pytest
 
-from tests.serving.client import request
+from tests.serving.client import in_process, request
 from tf_transformer.constants import EOS_ID, PAD_ID
-from tf_transformer.serving import make_server
 from tf_transformer.serving.requests import ClientError, PredictRequest
 
 
 @pytest.fixture(scope="module")
 def server(tiny_export):
     """tft-serve's server in this process over ``tiny_export`` (its maximum source length is 512)."""
-    started = make_server(str(tiny_export), port=0, poll_seconds=0)
-    threading.Thread(target=started.serve_forever, daemon=True).start()
-    try:
-        assert started.versions.wait_loaded(300)
+    with in_process(tiny_export) as started:
         yield started
-    finally:
-        started.stop()
 
 
 def ids(*rows):

@@ -22,7 +22,9 @@ flags.DEFINE_integer("beam_size", None, "Beam size (default: the config's, 4).",
 flags.DEFINE_float("alpha", None, "Length penalty α (default: the config's, 0.6).")
 flags.DEFINE_integer("max_extra_length", None, "Longest output = input length + this (default: the config's, 50).")
 flags.DEFINE_alias("extra_length", "max_extra_length")  # the name of earlier versions
-flags.DEFINE_integer("min_length", 0, "No EOS before this many output tokens, EOS counted (0: none).", lower_bound=0)
+flags.DEFINE_integer(
+    "min_length", 2, "No EOS before this many output tokens, EOS counted (2: EOS never first; 0: none).", lower_bound=0
+)
 flags.DEFINE_integer(
     "max_output_length", None, "Cap on the output length besides input + --max_extra_length.", lower_bound=1
 )
@@ -69,6 +71,13 @@ flags.DEFINE_integer(
     lower_bound=0,
 )
 flags.DEFINE_bool("alignment", True, "Add the translate_with_alignment signature (--noalignment: leave it out).")
+flags.DEFINE_bool(
+    "request_signatures",
+    True,
+    "Add the signatures whose settings come with each request: translate_with_options (beam, α, n-best, "
+    "lengths, target prefixes), score and sample (docs/inference.md#request-time-options). They double the "
+    "export's graph and its writing time; --norequest_signatures leaves them out.",
+)
 flags.DEFINE_bool("overwrite", False, "Replace an existing export directory.")
 
 
@@ -106,6 +115,7 @@ def main(argv):
                 None if not FLAGS.alignment else "last" if FLAGS.alignment_layer is None else FLAGS.alignment_layer
             ),
             overwrite=FLAGS.overwrite,
+            request_signatures=FLAGS.request_signatures and not FLAGS.ids_only,
         )
     except (FileNotFoundError, FileExistsError, CheckpointError, WriteError, ValueError) as error:
         raise app.UsageError(str(error)) from None

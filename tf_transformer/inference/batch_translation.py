@@ -5,26 +5,82 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 
-from tf_transformer.inference.decode_options import DecodeOptions
+from tf_transformer.inference.decode_options import DecodeOptions, Sampling
 
 
-def export_translate(model_path: str, alignment: bool = False) -> Callable[[list[str]], list[tuple]]:
+def export_translate(
+    model_path: str,
+    alignment: bool = False,
+    nbest: int = 1,
+    options: dict | None = None,
+    sampling: Sampling | None = None,
+    with_prefix: bool = False,
+) -> Callable[[list], list]:
     """``translate(batch of lines) → [(translation, score), …]`` with the SavedModel at ``model_path``.
 
     ``alignment``: ``(translation, score, "i-j …")`` from the export's
     ``translate_with_alignment`` signature (a ``ValueError`` if it has none).
+    ``nbest`` > 1, ``options`` (any of ``beam_size``, ``alpha``, ``min_length``,
+    ``max_extra_length``; the export's own by default) or ``with_prefix`` (each
+    line a ``(source, target prefix)`` pair) use ``translate_with_options``, and
+    give n-best lists; ``sampling`` uses ``sample``.
     """
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
+    from tf_transformer.inference.export_info import read_export_info
+
     signatures = tf.saved_model.load(model_path).signatures
-    name = "translate_with_alignment" if alignment else "serving_default"
+    if sampling is not None:
+        name = "sample"
+    elif nbest > 1 or options or with_prefix:
+        name = "translate_with_options"
+    else:
+        name = "translate_with_alignment" if alignment else "serving_default"
     if name not in signatures:
-        raise ValueError(f"{model_path} has no {name} signature: export it again (tft-export adds it by default)")
+        raise ValueError(f"{model_path} has no {name} signature: export it again with this version's tft-export")
     serving = signatures[name]
+    recorded = read_export_info(model_path).options or DecodeOptions()
+    if name == "translate_with_options":
+        from tf_transformer.inference.translator import BEAM_SIZES
+
+        chosen = {**recorded.to_dict(), **(options or {})}
+        sizes = sorted({*BEAM_SIZES, recorded.beam_size})
+        if chosen["beam_size"] not in sizes:
+            allowed = ", ".join(map(str, sizes))
+            raise ValueError(f"--beam_size {chosen['beam_size']}: this export's beam_size must be one of {allowed}")
+        if nbest > chosen["beam_size"]:
+            raise ValueError(f"--nbest {nbest} exceeds the beam size {chosen['beam_size']}")
+        if chosen["max_extra_length"] > recorded.max_extra_length:
+            raise ValueError(
+                f"--max_extra_length {chosen['max_extra_length']}: this export's is at most {recorded.max_extra_length}"
+            )
+        scalars = {
+            "beam_size": tf.constant(chosen["beam_size"], tf.int32),
+            "alpha": tf.constant(chosen["alpha"], tf.float32),
+            "nbest": tf.constant(nbest, tf.int32),
+            "min_length": tf.constant(chosen["min_length"], tf.int32),
+            "max_extra_length": tf.constant(chosen["max_extra_length"], tf.int32),
+        }
 
     def translate(batch):
-        outputs = serving(inputs=tf.constant(batch))
+        sources = [item[0] for item in batch] if with_prefix else batch
+        if name == "sample":
+            outputs = serving(
+                inputs=tf.constant(sources),
+                seed=tf.constant(sampling.batch_seed(sources), tf.int64),
+                temperature=tf.constant(sampling.temperature, tf.float32),
+                top_k=tf.constant(sampling.top_k, tf.int32),
+                top_p=tf.constant(sampling.top_p, tf.float32),
+                max_extra_length=tf.constant((options or {}).get("max_extra_length", recorded.max_extra_length)),
+            )
+        elif name == "translate_with_options":
+            prefixes = [item[1] for item in batch] if with_prefix else [""] * len(batch)
+            outputs = serving(inputs=tf.constant(sources), target_prefix=tf.constant(prefixes), **scalars)
+            texts, scores = outputs["translations"].numpy(), outputs["scores"].numpy()  # [batch, nbest]
+            return [[_row(values) for values in zip(texts[row], scores[row], strict=True)] for row in range(len(batch))]
+        else:
+            outputs = serving(inputs=tf.constant(sources))
         columns = [outputs["translations"].numpy(), outputs["scores"].numpy()]
         if alignment:
             columns.append(outputs["alignments"].numpy())
@@ -39,6 +95,11 @@ def _row(values) -> tuple:
     return (text.decode("utf-8"), float(score), *(value.decode("utf-8") for value in rest))
 
 
+def source_of(line) -> str:
+    """A line's source: the line, or the first of a ``(source, target prefix)`` pair."""
+    return line if isinstance(line, str) else line[0]
+
+
 def checked_sources(lines: Iterable[str], model_path: str, name: str) -> Iterator[str]:
     """``lines``, each checked against the export's maximum source length as it is read.
 
@@ -50,7 +111,7 @@ def checked_sources(lines: Iterable[str], model_path: str, name: str) -> Iterato
 
     limits = SourceLimit(model_path)
     for number, line in enumerate(lines, start=1):
-        if (why := limits.violation(line)) is not None:
+        if (why := limits.violation(source_of(line))) is not None:
             raise DataError(f"{name}:{number}: {why}")
         yield line
 
@@ -105,7 +166,7 @@ def _translate_batches(lines, batch_size, translate, workers, progress):
 
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    order = sorted(range(len(lines)), key=lambda i: len(lines[i]))
+    order = sorted(range(len(lines)), key=lambda i: len(source_of(lines[i])))
     batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
     results = [None] * len(lines)
     done = 0
@@ -142,9 +203,18 @@ def translate_with_checkpoint(
 
 
 def checkpoint_translate(
-    model_dir, options: DecodeOptions | None = None, nbest=1, checkpoint=None
-) -> Callable[[list[str]], list[list[tuple[str, float]]]]:
-    """``translate(batch of lines) → n-best [(text, score), …] per line`` with a run's checkpoint."""
+    model_dir,
+    options: DecodeOptions | None = None,
+    nbest=1,
+    checkpoint=None,
+    sampling: Sampling | None = None,
+    with_prefix: bool = False,
+) -> Callable[[list], list]:
+    """``translate(batch of lines) → n-best [(text, score), …] per line`` with a run's checkpoint.
+
+    ``sampling``: one sampled ``(text, score)`` per line instead. ``with_prefix``:
+    each line a ``(source, target prefix)`` pair, each output starting with its prefix.
+    """
     import tensorflow as tf
 
     from tf_transformer.inference.translator import Translator
@@ -156,10 +226,32 @@ def checkpoint_translate(
     if nbest > options.beam_size:
         raise ValueError(f"--nbest {nbest} exceeds --beam_size {options.beam_size}")
     translator = Translator(model, run_tokenizer(model_dir), options)
-    run = tf.function(lambda texts: translator.translate(texts, nbest=nbest), reduce_retracing=True)
+    if sampling is not None:
+        run = tf.function(
+            lambda texts, seed: translator.sample(texts, seed, sampling.temperature, sampling.top_k, sampling.top_p),
+            reduce_retracing=True,
+        )
+
+        def sample(batch):
+            outputs = run(tf.constant(batch), tf.constant(sampling.batch_seed(batch), tf.int64))
+            return [
+                _row(values) for values in zip(outputs["translations"].numpy(), outputs["scores"].numpy(), strict=True)
+            ]
+
+        return sample
+    if with_prefix:
+        run = tf.function(
+            lambda texts, prefixes: translator.translate_with_options(texts, prefixes, nbest=nbest),
+            reduce_retracing=True,
+        )
+    else:
+        translate_texts = tf.function(lambda texts: translator.translate(texts, nbest=nbest), reduce_retracing=True)
+        run = lambda texts, prefixes: translate_texts(texts)  # noqa: E731
 
     def translate(batch):
-        outputs = run(tf.constant(batch))
+        sources = [item[0] for item in batch] if with_prefix else batch
+        prefixes = tf.constant([item[1] for item in batch]) if with_prefix else None
+        outputs = run(tf.constant(sources), prefixes)
         texts = outputs["translations"].numpy().reshape(len(batch), nbest)
         scores = outputs["scores"].numpy().reshape(len(batch), nbest)
         return [
@@ -176,12 +268,12 @@ def postprocessed(
     """``translate`` with each output text passed through ``postprocess(source, text)`` (a task's: a parser's
     repair). Results keep their shape: ``(text, score, …)`` tuples, or n-best lists of them."""
 
-    def run(batch: list[str]) -> list:
+    def run(batch: list) -> list:
         results = translate(batch)
         return [
-            [(postprocess(line, text), *rest) for text, *rest in result]
+            [(postprocess(source_of(line), text), *rest) for text, *rest in result]
             if isinstance(result, list)
-            else (postprocess(line, result[0]), *result[1:])
+            else (postprocess(source_of(line), result[0]), *result[1:])
             for line, result in zip(batch, results, strict=True)
         ]
 

@@ -122,6 +122,27 @@ def top_continuations(log_probs, live_log_probs, step, min_length, max_lengths):
     return tf.where(must_end, end_log_probs, top_log_probs), tf.where(must_end, end_index, top_index)
 
 
+def force_prefix(log_probs, forced_ids, step):
+    """``log_probs`` ``[batch, K, vocab]`` where each row's next token is forced: all but that token ``NEG_INF``.
+
+    ``forced_ids`` ``int32[batch, prefix_len]``, 0-padded: row ``b`` must choose
+    ``forced_ids[b, step]`` at ``step`` while that is not padding. The forced
+    token keeps the model's log-probability, so a hypothesis's score is the
+    model's log-probability of the whole output, prefix included. Rows past
+    their prefix, and every step past the longest, are left as they are (a
+    ``tf.cond``: no vocabulary-wide select after the prefixes).
+    """
+    prefix_length = tf.shape(forced_ids)[1]
+
+    def force():
+        token = tf.gather(forced_ids, tf.minimum(step, prefix_length - 1), axis=1)  # [batch]
+        forcing = (step < prefix_length) & (token != PAD_ID)  # [batch]
+        keep = tf.one_hot(token, tf.shape(log_probs)[-1], on_value=True, off_value=False)  # [batch, vocab]
+        return tf.where(forcing[:, None, None] & ~keep[:, None, :], NEG_INF, log_probs)  # [batch, K, vocab]
+
+    return tf.cond(step < prefix_length, force, lambda: tf.identity(log_probs))
+
+
 class BeamState(NamedTuple):
     """The loop state of :func:`beam_search`: K live and K finished hypotheses per sentence.
 
@@ -271,6 +292,7 @@ def beam_search(
     reorder_cache=None,
     min_length=0,
     first_step_fn=None,
+    forced_ids=None,
 ):
     """Finds the ``beam_size`` best continuations of BOS for each batch row.
 
@@ -296,6 +318,10 @@ def beam_search(
         have written for beam 0 of each sentence, which every hypothesis
         continues after step 0 (``reorder_cache`` then copies it to all).
         Without it, step 0 runs ``step_fn`` like every other step.
+      forced_ids: optional ``int32[batch, prefix_len]``, 0-padded: a target
+        prefix each row's hypotheses start with (:func:`force_prefix`); its
+        tokens count in the scores as any other. ``max_lengths`` must leave
+        room for it and one more token.
 
     Returns:
       ``(ids int32[batch, beam, length], scores float32[batch, beam], steps)``:
@@ -314,6 +340,8 @@ def beam_search(
 
     def advance(state: BeamState, log_probs) -> BeamState:
         """The state after step ``state.step``, from its ``log_probs`` ``[batch, K, vocab]``."""
+        if forced_ids is not None:
+            log_probs = force_prefix(log_probs, forced_ids, state.step)
         candidates = expand(state, log_probs, min_length, max_lengths, length)
         state = keep_finished(keep_live(state, candidates, k, reorder_cache), candidates, k, alpha)
         return state._replace(step=state.step + 1)

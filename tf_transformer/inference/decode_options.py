@@ -23,7 +23,9 @@ class DecodeOptions:
       alpha: the GNMT length penalty's exponent α (0.6 in the paper; 0: none).
       max_extra_length: each output is at most its input's length + this many tokens,
         EOS counted (50 in the paper).
-      min_length: no EOS before this many output tokens (EOS counted; 0: none).
+      min_length: no EOS before this many output tokens (EOS counted; 0: none). The
+        default 2 keeps EOS from coming first, so a non-empty source never gets an
+        empty output (fairseq's ``min_len`` 1, which does not count EOS).
       max_output_length: a cap on the output length besides input + ``max_extra_length``
         (EOS counted; raised to ``min_length`` where smaller; ``None``: none).
         ``min_length == max_output_length`` fixes the length, which makes speed
@@ -49,7 +51,7 @@ class DecodeOptions:
     beam_size: int = 4
     alpha: float = 0.6
     max_extra_length: int = 50
-    min_length: int = 0
+    min_length: int = 2
     max_output_length: int | None = None
     batch_parts: int = 1
     max_source_length: int | None = None
@@ -106,3 +108,40 @@ class DecodeOptions:
         if self.min_length:
             longest = max(longest, self.min_length)
         return longest
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """How :mod:`~tf_transformer.inference.sampling` draws each next token, instead of a beam search.
+
+    Args:
+      temperature: the log-probabilities are divided by this (below 1: sharper; above: flatter).
+      top_k: draw among the ``top_k`` most probable tokens only (0: all).
+      top_p: then among the fewest most probable whose probability sums to ``top_p`` (1: all).
+      seed: the draws' seed; the same seed and input give the same outputs.
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 1
+
+    def __post_init__(self):
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be positive, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must not be negative (0: all tokens), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    def batch_seed(self, lines) -> int:
+        """The seed of one batch of ``lines``: ``seed`` mixed with their text.
+
+        Batches with the same seed would otherwise draw from the same random
+        stream; mixed with the text, each batch draws its own, whatever the
+        order batches run in (several workers) or how many there are.
+        """
+        import zlib
+
+        digest = zlib.crc32("\n".join(map(str, lines)).encode("utf-8"))
+        return (self.seed * 1_000_003 + digest) % (2**63)

@@ -11,6 +11,8 @@ Signatures:
     ``scores: float32[batch]`` (length-normalized log-probabilities).
   ``translate_ids``: ``inputs: int32[batch, len]`` (EOS-terminated, 0-padded)
     → ``ids: int32[batch, out_len]``, ``scores: float32[batch]``.
+  ``translate_with_options``, ``score``, ``sample``: settings per request
+    (:func:`request_time_endpoints`).
 The SentencePiece model is embedded in the graph's tokenizer ops and also
 shipped as ``assets/sp.model`` for clients that tokenize themselves.
 
@@ -34,7 +36,7 @@ import tensorflow as tf
 
 from tf_transformer.files import replace_directory, staging_directory, write_failed
 from tf_transformer.inference.decode_options import DecodeOptions
-from tf_transformer.inference.export_info import ExportInfo, write_export_info
+from tf_transformer.inference.export_info import REQUEST_TIME_SIGNATURES, ExportInfo, write_export_info
 from tf_transformer.inference.precision import inference_copy
 from tf_transformer.inference.translator import Translator
 from tf_transformer.run_dir import load_run, restore_model, vocabulary_path
@@ -42,12 +44,17 @@ from tf_transformer.tasks import Task, run_tokenizer, task_of_run
 
 
 def export_info(
-    translator: Translator, ids_only: bool, alignment_layer: int | None = None, task: Task | None = None
+    translator: Translator,
+    ids_only: bool,
+    alignment_layer: int | None = None,
+    task: Task | None = None,
+    request_signatures: bool = False,
 ) -> ExportInfo:
     """What :data:`~tf_transformer.inference.export_info.EXPORT_INFO` records for ``translator``."""
     model = translator.model
     return ExportInfo(
         signatures=("serving_default", "translate_ids")
+        + (REQUEST_TIME_SIGNATURES if request_signatures and not ids_only else ())
         + (("translate_with_alignment",) if alignment_layer is not None else ()),
         serving_default="translate_ids" if ids_only else "translate",
         alignment_layer=alignment_layer,
@@ -59,6 +66,56 @@ def export_info(
     )
 
 
+def request_time_endpoints(translator: Translator) -> dict:
+    """The signatures that take their settings per request: ``name → (function, input_signature)``.
+
+    ``translate_with_options`` (:meth:`Translator.translate_with_options`),
+    ``score`` (:meth:`Translator.score`) and ``sample`` (:meth:`Translator.sample`).
+    Their scalar inputs make them callable only in TF Serving's columnar
+    request format (docs/inference.md#request-time-options).
+    """
+    strings = lambda name: tf.TensorSpec([None], tf.string, name=name)  # noqa: E731
+    scalar = lambda name, dtype: tf.TensorSpec([], dtype, name=name)  # noqa: E731
+
+    def translate_with_options(inputs, target_prefix, beam_size, alpha, nbest, min_length, max_extra_length):
+        return translator.translate_with_options(
+            inputs, target_prefix, beam_size, alpha, nbest, min_length, max_extra_length
+        )
+
+    def score(inputs, targets):
+        return translator.score(inputs, targets)
+
+    def sample(inputs, seed, temperature, top_k, top_p, max_extra_length):
+        return translator.sample(inputs, seed, temperature, top_k, top_p, max_extra_length)
+
+    return {
+        "translate_with_options": (
+            translate_with_options,
+            [
+                strings("inputs"),
+                strings("target_prefix"),
+                scalar("beam_size", tf.int32),
+                scalar("alpha", tf.float32),
+                scalar("nbest", tf.int32),
+                scalar("min_length", tf.int32),
+                scalar("max_extra_length", tf.int32),
+            ],
+        ),
+        "score": (score, [strings("inputs"), strings("targets")]),
+        "sample": (
+            sample,
+            [
+                strings("inputs"),
+                scalar("seed", tf.int64),
+                scalar("temperature", tf.float32),
+                scalar("top_k", tf.int32),
+                scalar("top_p", tf.float32),
+                scalar("max_extra_length", tf.int32),
+            ],
+        ),
+    }
+
+
 def export_translator(
     translator: Translator,
     vocabulary_path: str,
@@ -67,12 +124,14 @@ def export_translator(
     ids_only: bool = False,
     alignment_layer: int | None = None,
     task: Task | None = None,
+    request_signatures: bool = True,
 ) -> str:
     """Writes ``translator`` as a SavedModel at ``output``, atomically (:mod:`tf_transformer.files`).
 
     ``ids_only``: no string signature and no tensorflow-text op (see the module).
     ``alignment_layer``: add ``translate_with_alignment``, aligning with that
     decoder layer's attention (:meth:`Translator.translate_with_alignment`).
+    ``request_signatures``: add :func:`request_time_endpoints` (not with ``ids_only``).
 
     What is exported is a frozen copy (``Translator.frozen``): the decoder's
     kernels are saved in the layout decoding multiplies with, so a request does
@@ -102,6 +161,8 @@ def export_translator(
                 lambda inputs: translator.translate(inputs),
                 input_signature=[tf.TensorSpec([None], tf.string, name="inputs")],
             )
+            for name, (function, spec) in (request_time_endpoints(translator) if request_signatures else {}).items():
+                archive.add_endpoint(name, function, input_signature=spec)
             if alignment_layer is not None:
                 archive.add_endpoint(
                     "translate_with_alignment",
@@ -117,7 +178,8 @@ def export_translator(
         # the export too, for clients that tokenize themselves.
         os.makedirs(os.path.join(target, "assets"), exist_ok=True)
         shutil.copyfile(vocabulary_path, os.path.join(target, "assets", "sp.model"))
-        write_export_info(target, export_info(translator, ids_only, None if ids_only else alignment_layer, task))
+        alignment = None if ids_only else alignment_layer
+        write_export_info(target, export_info(translator, ids_only, alignment, task, request_signatures))
         replace_directory(target, output)  # an existing export stays whole until the new one is in place
     except (tf.errors.OpError, OSError) as error:  # a full disk, a quota: nothing of this export is left
         raise write_failed("export", output, error, os.path.exists(output)) from None
@@ -135,6 +197,7 @@ def export_run(
     dtype: str | None = None,
     ids_only: bool = False,
     alignment_layer: int | str | None = "last",
+    request_signatures: bool = True,
 ) -> str:
     """Exports the run in ``model_dir`` (its averaged or newest checkpoint) to ``output``.
 
@@ -146,6 +209,7 @@ def export_run(
     ``translate_with_alignment`` signature; ``"last"`` (the default: it aligned
     best of every layer measured here, docs/attention.md) or ``"penultimate"``
     (what Garg et al. 2019 found best in 6-layer models); ``None`` for no such signature.
+    ``request_signatures``: see :func:`export_translator`.
     ``dtype`` (e.g. ``"bfloat16"``) stores and computes the weights in that dtype
     (:func:`~tf_transformer.inference.precision.inference_copy`); by default float32.
     """
@@ -175,6 +239,7 @@ def export_run(
         ids_only=ids_only,
         alignment_layer=alignment_layer,
         task=task_of_run(model_dir),
+        request_signatures=request_signatures,
     )
 
 

@@ -24,6 +24,10 @@ EXPORT_INFO = os.path.join("assets.extra", "tf_transformer.json")
 # to what a call with that request alone returns.
 PADDED_AXES = {"ids": ("output",), "attention": ("output", "source")}
 
+# The signatures whose settings come with each request (``inference.export.request_time_endpoints``): besides
+# ``inputs`` they take more inputs, scalars among them, so a server runs each request alone.
+REQUEST_TIME_SIGNATURES = ("translate_with_options", "score", "sample")
+
 # Keys of EXPORT_INFO written by earlier versions → today's DecodeOptions fields.
 RENAMED_KEYS = {"extra_length": "max_extra_length", "max_length": "max_output_length", "streams": "batch_parts"}
 
@@ -136,7 +140,8 @@ class SourceLimit:
 def graph_error(error: BaseException) -> str:
     """The reason in an error the exported graph raised (TensorFlow puts it after a generic first line)."""
     text = str(error)
-    for marker in ("A source sentence is longer", "Token ids must"):
+    markers = ("A source sentence is longer", "Token ids must", "Decoding option", "Sampling option", "A target is")
+    for marker in (*markers, "A prefix is"):
         if marker in text:  # the assertion's message, up to the data TensorFlow appends in brackets
             return (marker + text.split(marker, 1)[1].splitlines()[0].split("]")[0]).replace("\\'", "'")
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]

@@ -1,9 +1,12 @@
-"""Greedy search: the most probable next token at every step, over the decoding cache.
+"""One hypothesis per sentence: greedy search, and the loop sampling shares with it.
 
-The cheapest decoding mode, for dev BLEU during training. It is not beam
-search with one beam: beam search with a length penalty (α > 0) may keep a
-live hypothesis over a finished one; greedy search ends a sentence at its first
-EOS. Section 6.1's maximum output length applies: input length + ``max_extra_length``.
+Greedy search is the cheapest decoding mode, for dev BLEU during training. It is
+not beam search with one beam: beam search with a length penalty (α > 0) may
+keep a live hypothesis over a finished one; greedy search ends a sentence at its
+first EOS. Section 6.1's maximum output length applies: input length +
+``max_extra_length``. :func:`single_search` is the loop, over the decoding
+cache, with the choice of each next token left to its caller: the most probable
+(:func:`greedy_search`) or a draw (:mod:`tf_transformer.inference.sampling`).
 """
 
 from __future__ import annotations
@@ -11,24 +14,41 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
+from tf_transformer.inference.beam_search import NEG_INF
 from tf_transformer.inference.incremental import IncrementalDecoder
 
 
-def greedy_search(model, inputs, max_extra_length: int = 50, max_output_length: int | None = None, decoding=None):
-    """Greedy translations of ``inputs`` (``int32[batch, src_len]``, EOS-terminated, 0-padded).
+def single_search(
+    model,
+    inputs,
+    choose,
+    max_extra_length=50,
+    max_output_length: int | None = None,
+    min_length=2,
+    decoding=None,
+    weights=None,
+):
+    """One output per row of ``inputs`` (``int32[batch, src_len]``, EOS-terminated, 0-padded), token by token.
 
     Args:
       model: a :class:`~tf_transformer.model.Transformer`.
       inputs: source ids.
+      choose: ``(log_probs float32[batch, vocab], step) → int32[batch]``, each
+        row's next token; ``log_probs`` are the model's with PAD and BOS (and EOS
+        before ``min_length``) set to ``NEG_INF``.
       max_extra_length: each row may produce at most its source length + this many tokens (EOS counted).
       max_output_length: an absolute cap on the output length besides that.
+      min_length: no EOS before this many output tokens (EOS counted); the default
+        2 keeps EOS from coming first, so a non-empty source never gets an empty output.
       decoding: an :class:`~tf_transformer.inference.incremental.IncrementalDecoder`
         of ``model`` to reuse (one is made by default).
+      weights: the decoder's kernels laid out for decoding, if kept (``Translator.frozen_weights``).
 
     Returns:
-      ``int32[batch, out_len]`` ids without BOS, each ending in EOS (forced at
-      its maximum length) and padded with 0. PAD and BOS are never chosen.
-      Stops as soon as every row has produced EOS.
+      ``(ids int32[batch, out_len], log_probs float32[batch])``: ids without BOS,
+      each ending in EOS (forced at its maximum length) and padded with 0, and
+      the model's log-probability of each output (the sum over its tokens, EOS
+      included). Stops as soon as every row has produced EOS.
     """
     decoding = decoding or IncrementalDecoder(model)
     inputs = tf.convert_to_tensor(inputs, tf.int32)
@@ -36,36 +56,55 @@ def greedy_search(model, inputs, max_extra_length: int = 50, max_output_length: 
     max_lengths = tf.reduce_sum(tf.cast(inputs != PAD_ID, tf.int32), axis=1) + max_extra_length  # [batch]
     if max_output_length is not None:
         max_lengths = tf.minimum(max_lengths, max_output_length)
+    max_lengths = tf.maximum(max_lengths, min_length)
     limit = tf.reduce_max(max_lengths)
     memory, memory_mask = decoding.encode(inputs)  # [batch, src_len, d_model]
-    constants = decoding.constants(memory, memory_mask=memory_mask)
+    constants = decoding.constants(memory, weights, memory_mask)
     cache = decoding.empty_cache(batch, limit, memory.dtype, beam_size=1)
 
-    def choose(logits, step, finished):
-        """The next token of every row at ``step``, from ``logits`` ``[batch, vocab]``."""
-        banned = tf.reduce_sum(tf.one_hot([PAD_ID, BOS_ID], tf.shape(logits)[-1], on_value=-1e9), 0)  # [vocab]
-        token = tf.argmax(tf.cast(logits, tf.float32) + banned, axis=-1, output_type=tf.int32)  # [batch]
+    def next_token(logits, step, finished):
+        """Every row's token at ``step`` and its log-probability, from ``logits`` ``[batch, vocab]``."""
+        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)  # [batch, vocab]
+        vocab = tf.range(tf.shape(log_probs)[-1])  # [vocab]
+        banned = (vocab == PAD_ID) | (vocab == BOS_ID) | ((vocab == EOS_ID) & (step + 1 < min_length))
+        token = choose(tf.where(banned, NEG_INF, log_probs), step)  # [batch]
         token = tf.where(step + 1 >= max_lengths, EOS_ID, token)  # a row at its maximum length ends
-        return tf.where(finished, PAD_ID, token)  # [batch]
+        token = tf.where(finished, PAD_ID, token)  # [batch]
+        return token, tf.where(finished, 0.0, tf.gather(log_probs, token, batch_dims=1))  # [batch], [batch]
 
     def write(tokens, step, token):
         return tokens + tf.one_hot(step, limit, dtype=tf.int32)[None, :] * token[:, None]  # [batch, limit]
 
     logits, cache = decoding.first_step(tf.fill([batch], BOS_ID), cache, constants, memory_mask)  # [batch, vocab]
-    token = choose(logits, 0, tf.zeros([batch], tf.bool))  # [batch]
+    token, total = next_token(logits, 0, tf.zeros([batch], tf.bool))  # [batch], [batch]
     tokens = write(tf.zeros([batch, limit], tf.int32), 0, token)  # [batch, limit]
 
-    def not_done(step, token, tokens, finished, cache):
+    def not_done(step, token, tokens, total, finished, cache):
         return tf.logical_and(step < limit, tf.logical_not(tf.reduce_all(finished)))
 
-    def body(step, token, tokens, finished, cache):
+    def body(step, token, tokens, total, finished, cache):
         logits, cache = decoding.step(token, cache, constants, memory_mask, step)  # [batch, vocab]
-        chosen = choose(logits, step, finished)
+        chosen, log_prob = next_token(logits, step, finished)
         chosen.set_shape(token.shape)  # the batch as known on entry (1 for one sentence traced alone)
-        token = chosen
-        return step + 1, token, write(tokens, step, token), finished | (token == EOS_ID), cache
+        log_prob.set_shape(total.shape)
+        return step + 1, chosen, write(tokens, step, chosen), total + log_prob, finished | (chosen == EOS_ID), cache
 
-    _, _, tokens, _, _ = tf.while_loop(
-        not_done, body, (tf.constant(1), token, tokens, token == EOS_ID, cache), maximum_iterations=limit
+    _, _, tokens, total, _, _ = tf.while_loop(
+        not_done, body, (tf.constant(1), token, tokens, total, token == EOS_ID, cache), maximum_iterations=limit
     )
-    return tokens
+    return tokens, total
+
+
+def greedy_search(
+    model, inputs, max_extra_length: int = 50, max_output_length: int | None = None, min_length=2, decoding=None
+):
+    """Greedy translations of ``inputs``: :func:`single_search`'s ids, choosing the most probable token.
+
+    Returns ``int32[batch, out_len]`` ids without BOS, each ending in EOS and padded with 0.
+    """
+
+    def most_probable(log_probs, step):
+        return tf.argmax(log_probs, axis=-1, output_type=tf.int32)  # [batch]
+
+    ids, _ = single_search(model, inputs, most_probable, max_extra_length, max_output_length, min_length, decoding)
+    return ids

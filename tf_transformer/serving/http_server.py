@@ -410,6 +410,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         scheduler = self.server.scheduler
         if self.server.stopping:  # a request read after the stop began: retry on another replica, or later
             raise Unavailable("The server is stopping; retry")
+        if request.columns or request.scalars:
+            # A request with its own settings runs alone (its own key: never merged), queued with the rest.
+            run = lambda rows: servable.run(request.signature, rows, request.columns, request.scalars)  # noqa: E731
+            if scheduler is None:
+                return run(request.rows)
+            return scheduler.submit((servable, request.signature, object()), run, request.rows).result()
         if scheduler is None:
             return servable.run(request.signature, request.rows)
         run = lambda rows: servable.run(request.signature, rows)  # noqa: E731

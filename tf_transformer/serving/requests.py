@@ -16,6 +16,7 @@ import json
 import numpy as np
 
 INT32_MAX = 2**31 - 1
+INT_BITS = {"int32": 32, "int64": 64}  # the integer kinds of a scalar input (parse_predict)
 
 
 class ClientError(ValueError):
@@ -41,11 +42,19 @@ class Unavailable(ClientError):
 
 @dataclasses.dataclass(frozen=True)
 class PredictRequest:
-    """A checked predict request: ``rows`` of one signature's single input."""
+    """A checked predict request: ``rows`` of the signature's ``inputs``, and its other inputs if it has any.
+
+    ``columns``: the signature's other per-sentence inputs (strings), by name,
+    each as long as ``rows``; ``scalars``: its scalar inputs (settings of the
+    request, e.g. ``beam_size``), by name. Both are empty for a signature whose
+    only input is ``inputs``.
+    """
 
     signature: str
     rows: list  # str per sentence, or list[int] of token ids per sentence
     row_format: bool  # "instances" (answer "predictions") or "inputs" (answer "outputs")
+    columns: dict = dataclasses.field(default_factory=dict)
+    scalars: dict = dataclasses.field(default_factory=dict)
 
 
 def parse_json(raw: bytes):
@@ -62,13 +71,15 @@ def parse_json(raw: bytes):
         raise ClientError(f"Malformed JSON: {str(error).split(';')[0]}") from None
 
 
-def parse_predict(body, input_kinds: dict[str, str], max_batch_size: int) -> PredictRequest:
+def parse_predict(body, input_kinds: dict[str, str | dict[str, str]], max_batch_size: int) -> PredictRequest:
     """Checks a predict request's JSON against the model's signatures.
 
     Args:
       body: the parsed JSON.
       input_kinds: signature name → ``"strings"`` (one string per sentence) or
-        ``"ids"`` (one list of token ids per sentence).
+        ``"ids"`` (one list of token ids per sentence) for a signature whose only
+        input is ``inputs``; for one with more inputs, input name → ``"strings"``
+        (one per sentence), ``"int32"``, ``"int64"`` or ``"float"`` (a scalar per request).
       max_batch_size: the most sentences one request may carry.
     """
     if not isinstance(body, dict):
@@ -79,6 +90,8 @@ def parse_predict(body, input_kinds: dict[str, str], max_batch_size: int) -> Pre
     row_format = "instances" in body
     if row_format == ("inputs" in body):
         raise ClientError("Request must have exactly one of 'instances' (row format) or 'inputs' (columnar format)")
+    if isinstance(input_kinds[name], dict):
+        return _parse_several(name, body, input_kinds[name], row_format, max_batch_size)
     values = body["instances"] if row_format else body["inputs"]
     if isinstance(values, dict):  # {"inputs": {"inputs": [...]}} names the signature's input
         if set(values) != {"inputs"}:
@@ -93,13 +106,7 @@ def parse_predict(body, input_kinds: dict[str, str], max_batch_size: int) -> Pre
     if len(values) > max_batch_size:
         raise ClientError(f"Batch of {len(values)} sentences exceeds the maximum of {max_batch_size}")
     if input_kinds[name] == "strings":
-        for index, value in enumerate(values):
-            if not isinstance(value, str):
-                raise ClientError(f"{name} takes strings; input {index} is {_kind(value)}")
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as error:  # JSON allows lone surrogates ("\ud800"); UTF-8 does not
-                raise ClientError(f"input {index} is not valid Unicode: {error.reason} at {error.start}") from None
+        _check_strings(name, "input", values)
     else:
         for index, row in enumerate(values):
             if not isinstance(row, list) or not row or not all(_is_int(i) for i in row):
@@ -109,12 +116,80 @@ def parse_predict(body, input_kinds: dict[str, str], max_batch_size: int) -> Pre
     return PredictRequest(name, values, row_format)
 
 
+def _check_strings(signature: str, what: str, values: list) -> None:
+    """Every one of ``values`` a string that UTF-8 can encode, or a :class:`ClientError` naming it."""
+    for index, value in enumerate(values):
+        if not isinstance(value, str):
+            raise ClientError(f"{signature} takes strings; {what} {index} is {_kind(value)}")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:  # JSON allows lone surrogates ("\ud800"); UTF-8 does not
+            raise ClientError(f"{what} {index} is not valid Unicode: {error.reason} at {error.start}") from None
+
+
+def _parse_several(name: str, body: dict, kinds: dict[str, str], row_format: bool, max_batch_size: int):
+    """A request of a signature with several inputs (``kinds``: input name → kind; see :func:`parse_predict`).
+
+    Scalars have no sentence axis, so, as in TF Serving, only the columnar format
+    can carry them: ``{"inputs": {"inputs": [...], "beam_size": 8, ...}}``.
+    """
+    per_row = sorted((key for key, kind in kinds.items() if kind == "strings"), key=lambda key: key != "inputs")
+    scalars = sorted(key for key in kinds if key not in per_row)
+    if row_format:
+        if scalars:
+            raise ClientError(
+                f"{name} takes scalar inputs ({', '.join(scalars)}), which only TF Serving's columnar format "
+                'carries: send {"inputs": {"inputs": [...], ...}} instead of "instances"'
+            )
+        instances = body["instances"]
+        if not isinstance(instances, list) or not instances:
+            raise ClientError("Inputs must be a non-empty list")
+        if not all(isinstance(row, dict) and set(row) == set(per_row) for row in instances):
+            raise ClientError(f"Each instance of {name} must be an object with exactly the keys {sorted(per_row)}")
+        values = {key: [row[key] for row in instances] for key in per_row}
+    else:
+        values = body["inputs"]
+        if not isinstance(values, dict) or set(values) != set(kinds):
+            missing, extra = sorted(set(kinds) - set(values or {})), sorted(set(values or {}) - set(kinds))
+            raise ClientError(
+                f"{name} takes the named inputs {sorted(kinds)} as one object"
+                + (f"; missing {missing}" if isinstance(values, dict) and missing else "")
+                + (f"; unknown {extra}" if isinstance(values, dict) and extra else "")
+            )
+    count = None
+    for key in per_row:
+        column = values[key]
+        if not isinstance(column, list) or not column:
+            raise ClientError(f"{name}: input {key!r} must be a non-empty list")
+        if count is not None and len(column) != count:
+            raise ClientError(f"{name}: input {key!r} has {len(column)} entries but 'inputs' has {count}")
+        count = len(column)
+        _check_strings(name, f"{key} entry" if key != "inputs" else "input", column)
+    if count > max_batch_size:
+        raise ClientError(f"Batch of {count} sentences exceeds the maximum of {max_batch_size}")
+    checked = {}
+    for key in scalars:
+        value = values[key]
+        if kinds[key] in INT_BITS:
+            bound = 2 ** (INT_BITS[kinds[key]] - 1)
+            if not _is_int(value):
+                raise ClientError(f"{name}: input {key!r} must be an integer, got {_kind(value)}")
+            if not -bound <= value < bound:
+                raise ClientError(f"{name}: input {key!r} is outside {kinds[key]}")
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            raise ClientError(f"{name}: input {key!r} must be a number, got {_kind(value)}")
+        checked[key] = value
+    columns = {key: values[key] for key in per_row if key != "inputs"}
+    return PredictRequest(name, values["inputs"], row_format, columns, checked)
+
+
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _kind(value) -> str:
-    return {dict: "an object", list: "a list", bool: "a boolean", type(None): "null"}.get(type(value), "a number")
+    kinds = {dict: "an object", list: "a list", bool: "a boolean", type(None): "null", str: "a string"}
+    return kinds.get(type(value), "a number")
 
 
 def response(request: PredictRequest, outputs: dict[str, np.ndarray]) -> dict:

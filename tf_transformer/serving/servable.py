@@ -40,10 +40,7 @@ class Servable:
         self._tf = tf
         self.loaded = tf.saved_model.load(path)
         self.signatures = dict(self.loaded.signatures)
-        self.input_kinds = {
-            name: "strings" if function.structured_input_signature[1]["inputs"].dtype == tf.string else "ids"
-            for name, function in self.signatures.items()
-        }
+        self.input_kinds = {name: _input_kinds(function) for name, function in self.signatures.items()}
         self.limits = SourceLimit(path)
         self.info = read_export_info(path)
         self.task = get_task(self.info.task, self.info.linearization)
@@ -55,7 +52,7 @@ class Servable:
         An id row's length is its length as sent, padding ids included.
         """
         limit, vocab_size = self.limits.limit, self.limits.vocab_size
-        if self.input_kinds[request.signature] == "strings":
+        if self.input_kinds[request.signature] != "ids":  # strings, alone or with other inputs
             for index, text in enumerate(request.rows):
                 if (why := self.limits.violation(text)) is not None:
                     raise ClientError(f"input {index}: {why}")
@@ -71,24 +68,35 @@ class Servable:
             if vocab_size and not all(0 <= i < vocab_size for i in row):
                 raise ClientError(f"input {index} holds a token id outside the vocabulary [0, {vocab_size})")
 
-    def run(self, signature: str, rows: list) -> dict[str, np.ndarray]:
-        """The signature's outputs for ``rows`` (strings, or id lists padded here to one width)."""
+    def run(self, signature: str, rows: list, columns: dict | None = None, scalars: dict | None = None):
+        """The signature's outputs (``dict[str, np.ndarray]``) for ``rows`` (strings, or id lists padded here to
+        one width), with a request's other inputs (:class:`~tf_transformer.serving.requests.PredictRequest`)."""
         tf = self._tf
-        if self.input_kinds[signature] == "strings":
-            inputs = tf.constant(rows, tf.string)
-        else:
+        kinds = self.input_kinds[signature]
+        if kinds == "ids":
             width = max(len(row) for row in rows)
-            inputs = tf.constant([row + [PAD_ID] * (width - len(row)) for row in rows], tf.int32)
-        outputs = self.signatures[signature](inputs=inputs)
+            inputs = {"inputs": tf.constant([row + [PAD_ID] * (width - len(row)) for row in rows], tf.int32)}
+        else:
+            inputs = {"inputs": tf.constant(rows, tf.string)}
+        for key, column in (columns or {}).items():
+            inputs[key] = tf.constant(column, tf.string)
+        for key, value in (scalars or {}).items():
+            inputs[key] = tf.constant(value, SCALAR_DTYPES[kinds[key]])
+        outputs = self.signatures[signature](**inputs)
         return self.postprocess(signature, rows, {key: value.numpy() for key, value in outputs.items()})
 
     def postprocess(self, signature: str, rows: list, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``outputs`` plus, for a parser's string signatures, ``trees``: each output repaired over its words."""
-        if not self.task.target_symbols or self.input_kinds[signature] != "strings" or "translations" not in outputs:
+        if not self.task.target_symbols or self.input_kinds[signature] == "ids" or "translations" not in outputs:
             return outputs
+
+        def tree(row: str, text: bytes) -> bytes:
+            return self.task.postprocess(row, text.decode("utf-8")).encode("utf-8") if row.strip() else b""
+
+        translations = outputs["translations"]  # [rows] or [rows, nbest]
         trees = [
-            self.task.postprocess(row, text.decode("utf-8")).encode("utf-8") if row.strip() else b""
-            for row, text in zip(rows, outputs["translations"], strict=True)
+            [tree(row, text) for text in texts] if translations.ndim == 2 else tree(row, texts)
+            for row, texts in zip(rows, translations, strict=True)
         ]
         return {**outputs, "trees": np.array(trees, dtype=object)}
 
@@ -143,6 +151,24 @@ class Servable:
             "model_spec": {"signature_name": "", "version": str(self.version)},
             "metadata": {"signature_def": {"signature_def": self._metadata}},
         }
+
+
+SCALAR_DTYPES = {"int32": "int32", "int64": "int64", "float": "float32"}  # a scalar input's kind → its dtype
+
+
+def _input_kinds(function) -> str | dict[str, str]:
+    """What a signature takes: ``"strings"`` or ``"ids"`` when ``inputs`` is its only input, else each input's
+    kind by name (:func:`~tf_transformer.serving.requests.parse_predict`)."""
+    specs = function.structured_input_signature[1]
+    if set(specs) == {"inputs"}:
+        return "strings" if specs["inputs"].dtype.name == "string" else "ids"
+    kinds = {}
+    for name, spec in specs.items():
+        if spec.shape.rank == 0:
+            kinds[name] = "float" if spec.dtype.is_floating else spec.dtype.name
+        else:
+            kinds[name] = "strings"
+    return kinds
 
 
 def _cut(value: np.ndarray, axis: int, length: int | None) -> np.ndarray:

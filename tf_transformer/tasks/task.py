@@ -70,6 +70,10 @@ class Task:
         """Sources and references of a test set (``tft-evaluate --src --ref``), validated, errors naming lines."""
         raise NotImplementedError
 
+    def target_text(self, reference) -> str:
+        """A reference of :meth:`read_test_set` as the target text the model reads and writes (for scoring)."""
+        return reference
+
     def summary(self, result: dict) -> str:
         """One line of :meth:`score`'s result for people."""
         return f"{self.metric} {result[self.metric]:.2f}"

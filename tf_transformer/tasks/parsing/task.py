@@ -95,6 +95,9 @@ class Parsing(Task):
                 )
         return sources, references
 
+    def target_text(self, reference) -> str:
+        return " ".join(linearize(reference, self.linearization))
+
     def summary(self, result: dict) -> str:
         return (
             f"F1 {result['f1']:.2f}  precision {result['precision']:.2f}  recall {result['recall']:.2f}  "

@@ -1,0 +1,89 @@
+"""tft-score, and tft-translate's target prefixes and sampling, from an export and from a run."""
+
+import numpy as np
+import pytest
+
+from tests.commands import run_command
+
+LINES = ["zeta", "alpha beta gamma", "omega sigma"]
+
+
+def columns(result) -> list[list[str]]:
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [line.split("\t") for line in result.stdout.rstrip("\n").split("\n")]
+
+
+def test_scoring_the_translations_gives_their_scores(tiny_run, tiny_export, tmp_path):
+    """tft-translate --scores, then tft-score of its output: the same scores, from the export and from the run."""
+    source = tmp_path / "src.txt"
+    source.write_text("\n".join(LINES) + "\n")
+    translated = columns(run_command("tft-translate", "--model", tiny_export, "--scores", input=source.read_text()))
+    target = tmp_path / "tgt.txt"
+    target.write_text("\n".join(text for _, text in translated) + "\n")
+    from_export = columns(run_command("tft-score", "--model", tiny_export, "--src", source, "--tgt", target))
+    from_run = columns(
+        run_command("tft-score", "--model_dir", tiny_run, "--src", source, "--tgt", target, "--token_scores")
+    )
+    np.testing.assert_allclose([float(row[0]) for row in from_export], [float(s) for s, _ in translated], atol=2e-3)
+    np.testing.assert_allclose([float(row[1]) for row in from_run], [float(row[1]) for row in from_export], atol=2e-3)
+    for row in from_run:  # the tokens' log-probabilities sum to the total; one per token, EOS counted
+        tokens = [float(value) for value in row[3].split()]
+        assert len(tokens) == int(row[2]) and sum(tokens) == pytest.approx(float(row[1]), abs=2e-3)
+    alpha_0 = columns(
+        run_command("tft-score", "--model", tiny_export, "--src", source, "--tgt", target, "--alpha", "0")
+    )
+    assert [row[0] for row in alpha_0] == [row[1] for row in alpha_0]  # no length penalty: the log-probability
+
+
+def test_score_refuses_misaligned_files(tiny_export, tmp_path):
+    (tmp_path / "src.txt").write_text("a\nb\n")
+    (tmp_path / "tgt.txt").write_text("a\n")
+    result = run_command(
+        "tft-score", "--model", tiny_export, "--src", tmp_path / "src.txt", "--tgt", tmp_path / "tgt.txt"
+    )
+    assert result.returncode != 0 and "tgt.txt" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_target_prefixes_from_an_export_and_a_run(tiny_run, tiny_export, tmp_path):
+    prefixes = tmp_path / "prefixes.txt"
+    prefixes.write_text("Katze\n\nsigma sig\n")
+    flags = ["--target_prefix", prefixes, "--max_extra_length", "10"]
+    from_export = run_command("tft-translate", "--model", tiny_export, *flags, input="\n".join(LINES) + "\n")
+    from_run = run_command("tft-translate", "--model_dir", tiny_run, *flags, input="\n".join(LINES) + "\n")
+    assert from_export.returncode == 0, from_export.stderr[-3000:]
+    outputs = from_export.stdout.split("\n")[:3]
+    assert outputs == from_run.stdout.split("\n")[:3]
+    assert outputs[0].startswith("Katze") and outputs[2].startswith("sigma sig")
+    short = run_command("tft-translate", "--model", tiny_export, "--target_prefix", prefixes, input="zeta\n")
+    assert short.returncode != 0 and "prefixes.txt has more lines than the input" in short.stderr
+
+
+def test_sampling_from_an_export_and_a_run(tiny_run, tiny_export):
+    """The same seed draws the same from an export and a run; batches draw the same whatever runs them."""
+    flags = ["--sampling", "--seed", "4", "--top_p", "0.9", "--scores", "--max_extra_length", "10"]
+    text = "\n".join(LINES) + "\n"
+    from_export = columns(run_command("tft-translate", "--model", tiny_export, *flags, input=text))
+    from_run = columns(run_command("tft-translate", "--model_dir", tiny_run, *flags, input=text))
+    assert [t for _, t in from_export] == [t for _, t in from_run]
+    np.testing.assert_allclose([float(s) for s, _ in from_export], [float(s) for s, _ in from_run], atol=2e-3)
+    one_by_one = [*flags, "--batch_size", "1"]
+    alone = columns(run_command("tft-translate", "--model", tiny_export, *one_by_one, input=text))
+    threads = columns(run_command("tft-translate", "--model", tiny_export, *one_by_one, "--workers", "2", input=text))
+    assert threads == alone  # a batch's seed mixes in its text: not the order batches run in
+    other_seed = [*flags[:1], "--seed", "5", *flags[3:]]
+    other = columns(run_command("tft-translate", "--model", tiny_export, *other_seed, input=text))
+    assert [t for _, t in other] != [t for _, t in from_export]
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--top_k", "5"], "need --sampling"),
+        (["--sampling", "--nbest", "2"], "--sampling draws one output per line"),
+        (["--sampling", "--temperature", "0"], "temperature must be positive"),
+        (["--alignment", "--beam_size", "2"], "--alignment comes from"),
+    ],
+)
+def test_translate_refuses_flags_that_do_not_go_together(tiny_export, flags, message):
+    result = run_command("tft-translate", "--model", tiny_export, *flags, input="zeta\n", timeout=120)
+    assert result.returncode != 0 and message in result.stderr and "Traceback" not in result.stderr
