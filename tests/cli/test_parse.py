@@ -100,3 +100,28 @@ def test_tft_translate_on_a_parser_prints_trees(parser, test_set):
     result = run_command("tft-translate", "--model", parser[1], input="\n".join(lines) + "\n")
     assert result.returncode == 0, result.stderr[-3000:]
     assert [Tree.fromstring(tree).leaves() for tree in result.stdout.splitlines()] == [line.split() for line in lines]
+
+
+def test_tft_score_gives_the_log_probability_of_gold_trees(parser, test_set):
+    """Gold trees are scored as their linearization: the export's figures are the in-process translator's."""
+    import numpy as np
+    import tensorflow as tf
+
+    from tf_transformer.inference.decode_options import DecodeOptions
+    from tf_transformer.inference.translator import Translator
+    from tf_transformer.run_dir import restore_model
+    from tf_transformer.tasks import run_tokenizer, task_of_run
+
+    _, reference, trees = test_set
+    result = run_command("tft-score", "--model", parser[1], "--tgt", reference)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [[float(value) for value in line.split("\t")] for line in result.stdout.splitlines()]
+    assert len(rows) == len(trees)
+    model, config = restore_model(str(parser[0]))
+    task = task_of_run(str(parser[0]))
+    translator = Translator(model, run_tokenizer(str(parser[0])), DecodeOptions.from_config(config))
+    words = tf.constant([" ".join(tree.leaves()) for tree in trees])
+    expected = translator.score(words, tf.constant([task.target_text(tree) for tree in trees]))
+    np.testing.assert_allclose([row[1] for row in rows], np.asarray(expected["log_probs"]), atol=2e-3)
+    symbols = [len(task.target_text(tree).split()) for tree in trees]  # whole symbols and words: at least one piece
+    assert all(row[2] >= count + 1 for row, count in zip(rows, symbols, strict=True))  # EOS counted
