@@ -25,7 +25,9 @@ class RunOptions:
     ``train_steps`` counts optimizer updates; ``steps_per_epoch`` counts
     micro-batches (one data pass by default). ``tokens_per_batch`` is the global
     budget per side and ``max_train_length`` the longest pair side kept; ``None``
-    takes the preset's. ``precision`` and ``jit_compile`` are resolved for the
+    takes the preset's. ``keep_best_by`` keeps the checkpoint of the best dev evaluation and
+    ``early_stopping`` stops after that many evaluations without a better one
+    (:mod:`tf_transformer.training.best`). ``precision`` and ``jit_compile`` are resolved for the
     machine by :func:`tf_transformer.training.run_options.resolve` (``auto``, ``None``).
     """
 
@@ -54,6 +56,8 @@ class RunOptions:
     attention_images: int = 3  # of the dev BLEU sentences: their attention drawn in TensorBoard each epoch
     log_every: int = 50
     max_minutes: float | None = None
+    keep_best_by: str | None = None  # "loss", "bleu", "f1" or "score" (the task's dev score)
+    early_stopping: int | None = None  # evaluations without a better keep_best_by before training stops
     init_from: str | None = None  # a run directory or checkpoint whose weights start a new run (fine-tuning)
     worker_timeout: float = 600.0  # multi_worker: seconds a worker waits to see the chief's sp.model, config.json
     verbose: int | str = "auto"  # 0: no progress lines; anything else: one per epoch (and a minute)

@@ -97,6 +97,20 @@ flags.DEFINE_integer(
     lower_bound=0,
 )
 flags.DEFINE_float("max_minutes", None, "Stop after this many minutes of training (a time budget).")
+flags.DEFINE_enum(
+    "keep_best_by",
+    None,
+    ["loss", "bleu", "f1", "score"],
+    "Keep the checkpoint of the best dev evaluation (each epoch's end) in MODEL_DIR/best, named by best.json: "
+    "by loss, or by the task's dev score: bleu (translation), f1 (--task parsing), or score (either). "
+    "tft-export --checkpoint best exports it.",
+)
+flags.DEFINE_integer(
+    "early_stopping",
+    None,
+    "Stop after this many dev evaluations in a row without a better --keep_best_by (default loss).",
+    lower_bound=1,
+)
 flags.DEFINE_string(
     "init_from",
     None,
@@ -182,6 +196,8 @@ def main(argv):
         dev_bleu_sentences=FLAGS.dev_bleu_sentences,
         attention_images=FLAGS.attention_images,
         max_minutes=FLAGS.max_minutes,
+        keep_best_by=FLAGS.keep_best_by,
+        early_stopping=FLAGS.early_stopping,
         init_from=FLAGS.init_from,
         worker_timeout=FLAGS.worker_timeout,
         verbose="auto" if os.isatty(1) else 2,
@@ -198,8 +214,8 @@ def main(argv):
     except ReadError as error:  # storage that did not answer: nothing was changed, the message says what to do
         sys.exit(f"tft-train: {error}")
     print(json.dumps({k: v for k, v in summary.items() if k != "history"}))
-    if summary.get("stopped_by"):  # preempted, with a checkpoint: the status of the signal, as if it had killed
-        sys.exit(128 + signal.Signals[summary["stopped_by"]].value)
+    if summary.get("stopped_by") in signal.Signals.__members__:  # preempted, with a checkpoint: the status of the
+        sys.exit(128 + signal.Signals[summary["stopped_by"]].value)  # signal, as if it had killed (not early_stopping)
 
 
 def run():

@@ -43,7 +43,8 @@ from tf_transformer.training.strategy import set_precision
 
 SEEDS = "dropout_seeds"
 POSITION = "data_position"
-_PARTS = ("model", "optimizer", SEEDS, POSITION)
+BEST = "best"  # training.best.BestState: the best dev value, its step, the evaluations since
+_PARTS = ("model", "optimizer", SEEDS, POSITION, BEST)
 
 # Model config fields a run started from another run's weights may change
 # (fine-tuning); every other field must match, or the weights mean something else.
@@ -238,13 +239,19 @@ def dropout_seeds(model: keras.Model) -> list:
 
 
 def training_checkpoint(
-    model: keras.Model, optimizer: keras.optimizers.Optimizer | None = None, data_position: tf.Variable | None = None
+    model: keras.Model,
+    optimizer: keras.optimizers.Optimizer | None = None,
+    data_position: tf.Variable | None = None,
+    best: tf.Module | None = None,
 ) -> tf.train.Checkpoint:
-    """The checkpoint of a training run: model, optimizer (the compiled one by default), the dropout state
-    and the micro-batches taken from the data (``DataPosition.batches``)."""
+    """The checkpoint of a training run: model, optimizer (the compiled one by default), the dropout state,
+    the micro-batches taken from the data (``DataPosition.batches``) and, with ``--keep_best_by``, the
+    best dev evaluation so far (``training.best.BestState``)."""
     parts = {"model": model, "optimizer": optimizer or model.optimizer, SEEDS: dropout_seeds(model)}
     if data_position is not None:
         parts[POSITION] = data_position
+    if best is not None:
+        parts[BEST] = best
     return tf.train.Checkpoint(**parts)
 
 
@@ -252,10 +259,11 @@ def restorable(checkpoint: tf.train.Checkpoint, path: str) -> tf.train.Checkpoin
     """``checkpoint``, or for a checkpoint written by an older version the part of it that ``path`` holds.
 
     Without the dropout state a run resumes with other dropout masks (a warning
-    says so); without the data position it continues at the optimizer's step.
+    says so); without the data position it continues at the optimizer's step;
+    without a best dev evaluation (a run that kept none) the best is tracked from here.
     """
     parts = {name: getattr(checkpoint, name) for name in _PARTS if hasattr(checkpoint, name)}
-    missing = [name for name in (SEEDS, POSITION) if name in parts and not holds(path, name)]
+    missing = [name for name in (SEEDS, POSITION, BEST) if name in parts and not holds(path, name)]
     if not missing:
         return checkpoint
     if SEEDS in missing:

@@ -29,6 +29,7 @@ from tf_transformer.files import save_json
 from tf_transformer.model import build_transformer
 from tf_transformer.tasks import Task, get_task
 from tf_transformer.training import resume
+from tf_transformer.training.best import STOPPED, BestCheckpoint, check_options
 from tf_transformer.training.callbacks import DataPosition, StepCheckpoint, StopAtStep, StopRequests
 from tf_transformer.training.cluster import Cluster, differing_options
 from tf_transformer.training.dev_evaluation import DevEvaluation, attention_fn, translate_fn
@@ -69,6 +70,7 @@ class PreparedRun:
     checkpointer: StepCheckpoint
     stop_requests: StopRequests
     dev_evaluation: DevEvaluation
+    best: BestCheckpoint | None  # --keep_best_by, --early_stopping
     callbacks: list
 
     @property
@@ -85,7 +87,9 @@ class PreparedRun:
         return bool(self.options.epochs and not self.options.train_steps)
 
     def finished(self) -> bool:
-        """Whether there is nothing left to train (a finished run run again)."""
+        """Whether there is nothing left to train (a finished or early-stopped run run again)."""
+        if self.best is not None and self.best.exhausted():
+            return True
         if self.by_epochs:
             return self.done_micro >= self.total_micro
         return int(self.model.optimizer.iterations.numpy()) >= self.train_steps
@@ -126,6 +130,7 @@ def prepare(
     resolved = resume.keep_run_defaults(model_dir, resolved, strategy)  # resumed: auto precision is the run's own
     options = resolved.options
     task = get_task(options.task, options.linearization)
+    metric = check_options(options, task)  # before anything is written
     if task.name == "parsing":  # recorded as used, so a later change of the default cannot misread the run
         options = dataclasses.replace(options, linearization=task.linearization)
     chief = cluster is None or cluster.is_chief
@@ -183,7 +188,8 @@ def prepare(
         compile_model(model, config, max(1, options.accumulate_steps), options.jit_compile)
         model.optimizer.build(model.trainable_variables)
     position = DataPosition()
-    checkpoint = resume.training_checkpoint(model, data_position=position.batches)
+    best = _best(model, metric, options, model_dir, work_dir, cluster) if metric else None
+    checkpoint = resume.training_checkpoint(model, data_position=position.batches, best=best and best.state)
     chief_manager = tf.train.CheckpointManager(
         checkpoint, run_dir.checkpoint_dir(model_dir), max_to_keep=options.keep_checkpoints
     )
@@ -193,6 +199,8 @@ def prepare(
         else tf.train.CheckpointManager(checkpoint, os.path.join(work_dir, "checkpoints"), max_to_keep=1)
     )
     _restore(model, checkpoint, chief_manager, position, cluster, source_dir, init_checkpoint)
+    if best is not None:
+        best.restored()
 
     log_dir = os.path.join(work_dir, "logs")
     checkpointer = StepCheckpoint(manager, options.checkpoint_every, max(1, options.accumulate_steps))
@@ -210,11 +218,12 @@ def prepare(
     callbacks = [
         position,  # first: a checkpoint written at the end of a batch counts it
         keras.callbacks.TerminateOnNaN(),
-        checkpointer,
-        stop_requests,
+        stop_requests,  # at an epoch's end, before dev BLEU: a signal stops without it (with the epoch's checkpoint)
         StopAtStep(train_steps),
         ThroughputMonitor(log_dir, every_steps=options.log_every),
         dev_evaluation,  # before the progress line and TensorBoard, which show its val_bleu (val_f1)
+        *([best] if best else []),  # compares val_loss or val_bleu (val_f1), so after the dev evaluation
+        checkpointer,  # the epoch's checkpoint after the evaluation: it holds the best-so-far that followed
     ]
     if options.verbose and chief:
         precision = f"precision {options.precision}: {resolved.precision_reason}"
@@ -243,7 +252,31 @@ def prepare(
         checkpointer=checkpointer,
         stop_requests=stop_requests,
         dev_evaluation=dev_evaluation,
+        best=best,
         callbacks=callbacks,
+    )
+
+
+def _best(model, metric, options: RunOptions, model_dir: str, work_dir: str, cluster: Cluster | None):
+    """The :class:`~tf_transformer.training.best.BestCheckpoint` of the run: every worker saves the best
+    weights (saving runs collectives), the chief into ``model_dir/best`` with ``best.json``, the others into
+    their own directory; all take the chief's value of the metric, so they save and stop alike."""
+    chief = cluster is None or cluster.is_chief
+    directory = run_dir.best_dir(model_dir if chief else work_dir)
+    run_dir.checkpoints(directory, repair=True)  # what a killed save left
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), directory, max_to_keep=1)
+    agree = None
+    if cluster:
+
+        def agree(value: float) -> float:
+            return float(cluster.sum([value if cluster.is_chief else 0.0])[0])
+
+    return BestCheckpoint(
+        metric,
+        manager,
+        patience=options.early_stopping,
+        marker=os.path.join(model_dir, run_dir.BEST_FILE) if chief else None,
+        agree=agree,
     )
 
 
@@ -270,8 +303,14 @@ def _restore(model, checkpoint, chief_manager, position, cluster, source_dir, in
 
 
 def finish(prepared: PreparedRun, seconds: float, history: dict, stopped_by: str | None, **extra) -> dict:
-    """The run's summary (also written to ``train_summary.json`` in this process's directory)."""
+    """The run's summary (also written to ``train_summary.json`` in this process's directory).
+
+    ``stopped_by``: the signal that preempted the run; otherwise ``early_stopping`` where the patience ran out.
+    """
     model = prepared.model
+    best = prepared.best
+    if stopped_by is None and best is not None and best.exhausted():
+        stopped_by = STOPPED
     summary = {
         "model_dir": prepared.model_dir,
         "config": prepared.config.name,
@@ -285,6 +324,7 @@ def finish(prepared: PreparedRun, seconds: float, history: dict, stopped_by: str
         "history": history,
         f"dev_{prepared.task.metric}": prepared.dev_evaluation.last_score,
         "latest_checkpoint": prepared.chief_manager.latest_checkpoint,
+        "best": best.summary() if best is not None else None,
         "stopped_by": stopped_by,
     }
     save_json(os.path.join(prepared.work_dir, "train_summary.json"), summary)
