@@ -243,15 +243,19 @@ def _remove_leftovers(directory: str) -> None:
 
 
 def save_run(model_dir: str, config: TransformerConfig, options: dict, corpus=None) -> None:
-    """Writes ``config.json``: the model config, the run options (a dict) and :func:`fingerprints`."""
+    """Writes ``config.json``: the model config, the run options (a dict) and :func:`fingerprints`
+    (``corpus``: one corpus, or a list of the corpora a run mixes)."""
     save_json(
         os.path.join(model_dir, CONFIG_FILE),
         {"model": config.to_dict(), "run": options, "fingerprints": fingerprints(model_dir, corpus)},
     )
 
 
-def fingerprints(model_dir: str, corpus: pipelines.ParallelText | None = None) -> dict:
+def fingerprints(model_dir: str, corpus: pipelines.ParallelText | Sequence | None = None) -> dict:
     """What a run trains on, by content: the SHA-256 of each file of ``corpus`` (by name) and of ``sp.model``.
+
+    ``corpus`` may be a list of corpora (``--data`` repeated): one alone is named as a corpus is, several
+    by their place and name (``1:train.en``, ``2:train.en``), as their files may share names.
 
     Hashes of the bytes, not sizes and modification times: a corpus copied to
     another disk or machine (or touched) is the same corpus, and one edited in
@@ -260,8 +264,13 @@ def fingerprints(model_dir: str, corpus: pipelines.ParallelText | None = None) -
     a file unchanged since it was last hashed in this process is not read again.
     """
     values = {}
-    if corpus is not None:
-        values["corpus"] = {os.path.basename(path): _sha256(path) for path in corpus.paths}
+    corpora = [corpus] if isinstance(corpus, pipelines.ParallelText) else list(corpus or [])
+    if corpora:
+        values["corpus"] = {
+            (f"{number}:" if len(corpora) > 1 else "") + os.path.basename(path): _sha256(path)
+            for number, one in enumerate(corpora, start=1)
+            for path in one.paths
+        }
     vocabulary = vocabulary_path(model_dir)
     if tf.io.gfile.exists(vocabulary):
         values["vocabulary"] = _sha256(vocabulary)

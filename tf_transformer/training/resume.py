@@ -25,7 +25,6 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-import pipelines
 from configs import TransformerConfig
 from tf_transformer import run_dir
 from tf_transformer.files import copy_file
@@ -71,16 +70,14 @@ class ResumeError(ValueError):
     """A run directory cannot be resumed (or started from) as asked; the message says why and what to do."""
 
 
-def check_unchanged(
-    model_dir: str, config: TransformerConfig, run: dict, corpus: pipelines.ParallelText | None = None
-) -> None:
+def check_unchanged(model_dir: str, config: TransformerConfig, run: dict, corpus=None) -> None:
     """Refuses to resume ``model_dir`` with options or inputs that would change its data stream, its schedule
     or the shape of its checkpoint; called before anything of the run is written.
 
     Compared: :data:`STREAM_OPTIONS` (a ``jit_compile`` an older version did not
     resolve is not), the precision where it changes the optimizer's checkpoint
     (:func:`~tf_transformer.training.options.loss_scaled`), and by content
-    (:func:`run_dir.fingerprints`) the files of ``corpus`` and ``sp.model``.
+    (:func:`run_dir.fingerprints`) the files of ``corpus`` (one, or a list) and ``sp.model``.
     Every change is named with its old and new value and the flag that sets
     it. Options and fingerprints the stored run does not record (older runs)
     are not compared.
@@ -116,10 +113,16 @@ def check_unchanged(
 def _change(name: str, old, new) -> str:
     if name == "num_replicas":  # no flag of its own
         return f"the number of replicas {old} → {new} (set by --strategy and the devices it finds)"
+    if name == "data_weights":  # None: in proportion to the corpora's sizes
+        return f"--data_weights {_weights(old)} → {_weights(new)}"
     return f"--{name} {old} → {new}"
 
 
-def _changed_inputs(model_dir: str, corpus: pipelines.ParallelText | None) -> list[str]:
+def _weights(weights) -> str:
+    return ",".join(f"{w:g}" for w in weights) if weights else "(none: by the corpora's sizes)"
+
+
+def _changed_inputs(model_dir: str, corpus) -> list[str]:
     """The corpus files and the vocabulary whose bytes differ from those the run recorded."""
     stored = run_dir.stored_fingerprints(model_dir)
     changed = []

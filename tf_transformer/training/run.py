@@ -15,6 +15,7 @@ built here once.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 
@@ -146,27 +147,28 @@ def prepare(
     source_dir = init_checkpoint = None
     if options.init_from and not resuming:
         source_dir, init_checkpoint = resume.source_run(options.init_from)
-    corpus = task.corpus(options, options.train_split)
+    corpora = [task.corpus(source, options.train_split) for source in source_options(options)]
     differing = []
     if chief:
         if resuming:
-            resume.check_unchanged(model_dir, config, run, corpus)  # before config.json is rewritten
+            resume.check_unchanged(model_dir, config, run, corpora)  # before config.json is rewritten
         elif source_dir:
             resume.take_vocabulary(model_dir, source_dir)
         tokenizer = run_dir.make_vocabulary(
             model_dir,
-            corpus,
+            corpora[0],
             options.vocab_size or config.vocab_size,
             options.vocab_model_type,
             options.seed,
-            text=task.vocabulary_text(corpus),
-            symbols=task.symbols(corpus),
+            # Every source's text, in the order given: a vocabulary for all the mixture trains on.
+            text=itertools.chain.from_iterable(task.vocabulary_text(corpus) for corpus in corpora),
+            symbols=list(dict.fromkeys(itertools.chain.from_iterable(task.symbols(c) for c in corpora))),
             symbol_pattern=task.symbol_pattern,
         )
         config = config.replace(vocab_size=tokenizer.vocab_size)
         if source_dir:
             resume.check_architecture(config, run_dir.load_run(source_dir)[0], source_dir)
-        run_dir.save_run(model_dir, config, run, corpus)
+        run_dir.save_run(model_dir, config, run, corpora)
         if cluster:
             cluster.announce(model_dir, token)
     else:
@@ -177,7 +179,7 @@ def prepare(
     if cluster:
         cluster.agree_on_options(differing)
 
-    data = training_data(corpus, tokenizer, config, options, replicas, model_dir)
+    data = training_data(corpora, tokenizer, config, options, replicas, model_dir)
     steps_per_epoch = options.steps_per_epoch or data.batches_per_epoch
     total_micro = total_micro_batches(config, options, steps_per_epoch)
     train_steps = update_count(total_micro, options.accumulate_steps)
@@ -342,24 +344,49 @@ def _batching(config: TransformerConfig, options: RunOptions, replicas: int, mod
     )
 
 
+def source_options(options: RunOptions) -> list[RunOptions]:
+    """The options of each ``--data`` source alone (the first's splits are the dev set's)."""
+    sources = [options.data] if isinstance(options.data, str) else list(options.data)
+    return [dataclasses.replace(options, data=source) for source in sources]
+
+
 def training_data(
-    corpus, tokenizer, config: TransformerConfig, options: RunOptions, replicas: int, model_dir: str
+    corpora: list, tokenizer, config: TransformerConfig, options: RunOptions, replicas: int, model_dir: str
 ) -> pipelines.TrainingData:
-    """The run's global batches: the same for 1, 2, 4 or 8 replicas where the budget allows (``make_buckets``)."""
-    return pipelines.training_dataset(
-        corpus,
-        tokenizer,
-        seed=options.seed,
-        deterministic=True,
-        repeat=True,
-        **_batching(config, options, replicas, model_dir),
+    """The run's global batches: the same for 1, 2, 4 or 8 replicas where the budget allows (``make_buckets``).
+
+    Several corpora (``--data`` repeated) are mixed by ``--data_weights`` (:mod:`pipelines.mixing`), by
+    default in proportion to their batches per epoch, as if they were one corpus.
+    """
+    sources = [
+        pipelines.training_dataset(
+            corpus,
+            tokenizer,
+            seed=options.seed,
+            deterministic=True,
+            repeat=True,
+            name=f"train ({', '.join(corpus.paths)})" if len(corpora) > 1 else "train",
+            **_batching(config, options, replicas, model_dir),
+        )
+        for corpus in corpora
+    ]
+    if len(sources) == 1:
+        return sources[0]
+    weights = options.data_weights or [source.batches_per_epoch for source in sources]
+    logging.info(
+        "Mixing %d corpora, weights %s: %s batches per epoch",
+        len(sources),
+        ", ".join(f"{w / sum(weights):.3f}" for w in weights),
+        " + ".join(str(source.batches_per_epoch) for source in sources),
     )
+    return pipelines.mix(sources, weights, options.seed)
 
 
 def dev_data(task: Task, tokenizer, config: TransformerConfig, options: RunOptions, replicas: int, model_dir: str):
     """``(validation batches or None, dev sources, dev references)`` for validation loss and the dev score."""
     if not options.dev_split:
         return None, [], []
+    options = source_options(options)[0]  # several corpora: the first one's dev split
     dev = task.corpus(options, options.dev_split)
     validation = pipelines.training_dataset(
         dev, tokenizer, shuffle=False, name=options.dev_split, **_batching(config, options, replicas, model_dir)
