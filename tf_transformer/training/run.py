@@ -191,7 +191,7 @@ def prepare(
         model.optimizer.build(model.trainable_variables)
     position = DataPosition()
     best = _best(model, metric, options, model_dir, work_dir, cluster) if metric else None
-    checkpoint = resume.training_checkpoint(model, data_position=position.batches, best=best and best.state)
+    checkpoint = resume.training_checkpoint(model, data_position=position.batches, best=best.state if best else None)
     chief_manager = tf.train.CheckpointManager(
         checkpoint, run_dir.checkpoint_dir(model_dir), max_to_keep=options.keep_checkpoints
     )
