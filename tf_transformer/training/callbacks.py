@@ -3,7 +3,8 @@
 Every layout runs them: ``fit`` calls them itself, the multi-worker loop
 through a ``keras.callbacks.CallbackList`` (:mod:`~tf_transformer.training.multi_worker`).
 Progress lines and TensorBoard scalars are in :mod:`.progress`; dev BLEU and
-attention images in :mod:`.dev_evaluation`.
+attention images in :mod:`.dev_evaluation`; the best checkpoint and early
+stopping in :mod:`.best`.
 """
 
 from __future__ import annotations
