@@ -16,7 +16,7 @@ fairseq's ``--best-checkpoint-metric``).
 The best weights go to ``model_dir/best/ckpt-STEP`` (a ``CheckpointManager`` of
 its own keeping one, written as every checkpoint is:
 :func:`~tf_transformer.run_dir.save_checkpoint`) and ``model_dir/best.json``
-says which (:data:`~tf_transformer.run_dir.BEST_FILE`). What decides the next
+says which, with the evaluations since (:data:`~tf_transformer.run_dir.BEST_FILE`). What decides the next
 verdicts (the best value, its step, the evaluations since it) is a part of the
 training checkpoint (:data:`~tf_transformer.training.resume.BEST`), written at
 each epoch's end after the evaluation: a resumed run continues from the
@@ -212,6 +212,7 @@ class BestCheckpoint(keras.callbacks.Callback):
                 int(state.step.numpy()),
                 int(state.since_best.numpy()),
             )
+        self._mark()
         if self.exhausted():
             logging.info(
                 "Early stopping: no better dev %s in %d evaluations; the best is step %d's",
@@ -222,10 +223,16 @@ class BestCheckpoint(keras.callbacks.Callback):
             self.model.stop_training = True
 
     def _save(self, step: int) -> None:
-        """The weights as the best, then ``best.json`` naming them (after: it never names a missing checkpoint
-        for long; :func:`~tf_transformer.run_dir.best_checkpoint` copes with the moment between)."""
+        """The weights as the best (``best.json`` names them after: :meth:`_mark`)."""
         path = run_dir.save_checkpoint(self.manager, step)
         logging.info("dev %s %.4f: the best so far, saved %s", self.metric.name, float(self.state.value.numpy()), path)
-        if self.marker is not None:
-            model_dir = os.path.dirname(self.marker)
-            save_json(self.marker, {**self.summary(), "checkpoint": os.path.relpath(path, model_dir)})
+
+    def _mark(self) -> None:
+        """``best.json``: the best checkpoint, its value and step, the evaluations since it (after each
+        evaluation, written whole; it names a new best only once its checkpoint is written, and
+        :func:`~tf_transformer.run_dir.best_checkpoint` copes with the moment between)."""
+        summary = self.summary()
+        if self.marker is None or summary is None:
+            return
+        path = os.path.join(self.manager.directory, f"ckpt-{summary['step']}")  # as save_checkpoint names it
+        save_json(self.marker, {**summary, "checkpoint": os.path.relpath(path, os.path.dirname(self.marker))})
