@@ -25,11 +25,15 @@ class RunOptions:
     ``train_steps`` counts optimizer updates; ``steps_per_epoch`` counts
     micro-batches (one data pass by default). ``tokens_per_batch`` is the global
     budget per side and ``max_train_length`` the longest pair side kept; ``None``
-    takes the preset's. ``precision`` and ``jit_compile`` are resolved for the
+    takes the preset's. ``data`` is one corpus, or a tuple of several mixed by
+    ``data_weights`` (:mod:`pipelines.mixing`; ``None``: in proportion to their
+    sizes). ``keep_best_by`` keeps the checkpoint of the best dev evaluation and
+    ``early_stopping`` stops after that many evaluations without a better one
+    (:mod:`tf_transformer.training.best`). ``precision`` and ``jit_compile`` are resolved for the
     machine by :func:`tf_transformer.training.run_options.resolve` (``auto``, ``None``).
     """
 
-    data: str
+    data: str | tuple[str, ...]
     task: str = "translation"  # tf_transformer.tasks: translation (6.1) or parsing (6.3)
     linearization: str | None = None  # parsing: how a tree is written as symbols ("xx" or "tags")
     src: str = "en"
@@ -54,6 +58,9 @@ class RunOptions:
     attention_images: int = 3  # of the dev BLEU sentences: their attention drawn in TensorBoard each epoch
     log_every: int = 50
     max_minutes: float | None = None
+    keep_best_by: str | None = None  # "loss", "bleu", "f1" or "score" (the task's dev score)
+    early_stopping: int | None = None  # evaluations without a better keep_best_by before training stops
+    data_weights: tuple[float, ...] | None = None  # one per source of data
     init_from: str | None = None  # a run directory or checkpoint whose weights start a new run (fine-tuning)
     worker_timeout: float = 600.0  # multi_worker: seconds a worker waits to see the chief's sp.model, config.json
     verbose: int | str = "auto"  # 0: no progress lines; anything else: one per epoch (and a minute)

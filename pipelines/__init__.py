@@ -4,6 +4,7 @@ from pipelines.batching import Buckets, bucket_by_length, make_buckets
 from pipelines.dataset import CorpusStats, TrainingData, corpus_stats, to_features_and_labels, training_dataset
 from pipelines.evaluation import evaluation_dataset, restore_order
 from pipelines.global_batches import part_bounds, replica_parts, update_weights
+from pipelines.mixing import mix
 from pipelines.sources import (
     DataError,
     ParallelText,
@@ -36,6 +37,7 @@ __all__ = [
     "find_split",
     "line_dataset",
     "make_buckets",
+    "mix",
     "parallel_files",
     "parallel_prefix",
     "part_bounds",

@@ -2,8 +2,9 @@
 
 ``config.json`` (the model config and the run options), ``sp.model`` (the
 shared vocabulary), ``checkpoints/`` (model and optimizer, the last K),
-``averaged/`` (``tft-average``), ``logs/`` (TensorBoard) and ``data_cache/``
-(tokenized data). Training and inference both go through this module, so
+``best/`` and ``best.json`` (the weights of the best dev evaluation, with
+``--keep_best_by``), ``averaged/`` (``tft-average``), ``logs/`` (TensorBoard)
+and ``data_cache/`` (tokenized data). Training and inference both go through this module, so
 neither needs the other to find a config, a vocabulary or a checkpoint.
 
 Training reaches the directory through ``tf.io.gfile``, so it may be a local
@@ -68,6 +69,8 @@ CONFIG_FILE = "config.json"
 VOCABULARY_FILE = "sp.model"
 CHECKPOINTS = "checkpoints"
 AVERAGED = "averaged"
+BEST = "best"  # the directory of the best checkpoint, and the name commands take for it (--checkpoint best)
+BEST_FILE = "best.json"  # which checkpoint of best/ is the best, by which metric, with its value and step
 STATE_FILE = "checkpoint"  # TensorFlow's CheckpointManager state: the checkpoints kept, oldest first
 _NUMBERED = re.compile(r"^ckpt-(\d+)\.index$")
 
@@ -240,15 +243,19 @@ def _remove_leftovers(directory: str) -> None:
 
 
 def save_run(model_dir: str, config: TransformerConfig, options: dict, corpus=None) -> None:
-    """Writes ``config.json``: the model config, the run options (a dict) and :func:`fingerprints`."""
+    """Writes ``config.json``: the model config, the run options (a dict) and :func:`fingerprints`
+    (``corpus``: one corpus, or a list of the corpora a run mixes)."""
     save_json(
         os.path.join(model_dir, CONFIG_FILE),
         {"model": config.to_dict(), "run": options, "fingerprints": fingerprints(model_dir, corpus)},
     )
 
 
-def fingerprints(model_dir: str, corpus: pipelines.ParallelText | None = None) -> dict:
+def fingerprints(model_dir: str, corpus: pipelines.ParallelText | Sequence | None = None) -> dict:
     """What a run trains on, by content: the SHA-256 of each file of ``corpus`` (by name) and of ``sp.model``.
+
+    ``corpus`` may be a list of corpora (``--data`` repeated): one alone is named as a corpus is, several
+    by their place and name (``1:train.en``, ``2:train.en``), as their files may share names.
 
     Hashes of the bytes, not sizes and modification times: a corpus copied to
     another disk or machine (or touched) is the same corpus, and one edited in
@@ -257,8 +264,13 @@ def fingerprints(model_dir: str, corpus: pipelines.ParallelText | None = None) -
     a file unchanged since it was last hashed in this process is not read again.
     """
     values = {}
-    if corpus is not None:
-        values["corpus"] = {os.path.basename(path): _sha256(path) for path in corpus.paths}
+    corpora = [corpus] if isinstance(corpus, pipelines.ParallelText) else list(corpus or [])
+    if corpora:
+        values["corpus"] = {
+            (f"{number}:" if len(corpora) > 1 else "") + os.path.basename(path): _sha256(path)
+            for number, one in enumerate(corpora, start=1)
+            for path in one.paths
+        }
     vocabulary = vocabulary_path(model_dir)
     if tf.io.gfile.exists(vocabulary):
         values["vocabulary"] = _sha256(vocabulary)
@@ -386,14 +398,54 @@ def default_checkpoint(model_dir: str) -> str:
     return latest
 
 
+def best_dir(model_dir: str) -> str:
+    return os.path.join(model_dir, BEST)
+
+
+def best_checkpoint(model_dir: str) -> str:
+    """The checkpoint of the run's best dev evaluation, as ``best.json`` names it (``tft-train --keep_best_by``).
+
+    Between saving a new best and writing ``best.json`` (a moment), the file still
+    names the previous best, already replaced: the newest checkpoint of ``best/``
+    is then the best, with a warning.
+    """
+    marker = os.path.join(model_dir, BEST_FILE)
+    if not tf.io.gfile.exists(marker):
+        raise FileNotFoundError(
+            f"{model_dir} has no best checkpoint (no {BEST_FILE}): train with --keep_best_by (or --early_stopping) "
+            "to keep one, or name another checkpoint"
+        )
+    with tf.io.gfile.GFile(marker) as handle:
+        recorded = json.loads(handle.read())
+    path = os.path.join(model_dir, recorded["checkpoint"])
+    if tf.io.gfile.exists(path + ".index"):
+        return path
+    listed = checkpoints(best_dir(model_dir))
+    if not listed:
+        raise FileNotFoundError(f"{marker} names {path}, which is missing, and {best_dir(model_dir)} holds none")
+    logging.warning("%s names %s, which is gone: using %s, saved as a newer best", marker, path, listed[-1])
+    return listed[-1]
+
+
+def resolve_checkpoint(model_dir: str, name: str | None) -> str:
+    """The checkpoint a command's ``--checkpoint`` names: none for :func:`default_checkpoint`, ``best`` for
+    :func:`best_checkpoint`, else the prefix given."""
+    if not name:
+        return default_checkpoint(model_dir)
+    if name == BEST:
+        return best_checkpoint(model_dir)
+    return name
+
+
 def restore_model(model_dir: str, checkpoint_path: str | None = None):
-    """Rebuilds the model of ``model_dir`` and loads a checkpoint (:func:`default_checkpoint` by default).
+    """Rebuilds the model of ``model_dir`` and loads a checkpoint (:func:`default_checkpoint` by default,
+    ``best``: :func:`best_checkpoint`).
 
     Strict (:func:`load_weights`). Returns ``(model, config)``.
     """
     config, _ = load_run(model_dir)
     model = build_transformer(config)
-    path = checkpoint_path or default_checkpoint(model_dir)
+    path = resolve_checkpoint(model_dir, checkpoint_path)
     load_weights(model, path, model_dir, config)
     return model, config
 

@@ -223,6 +223,26 @@ def test_a_time_budget_stops_every_worker_after_the_same_step(corpus, tmp_path):
     assert checkpoints(multi)[-1] == f"ckpt-{chief['steps']}.index"
 
 
+def test_early_stopping_stops_every_worker_after_the_same_evaluation(corpus, tmp_path):
+    """Weights that do not move (a learning rate of 0) keep the validation loss: the first evaluation (step 3)
+    is the best and patience 1 stops both workers at the second (step 6). Every worker saves the best weights
+    (saving runs collectives), only the chief names them in best.json; both exit as a finished run does."""
+    run = tmp_path / "multi"
+    extra = ["--set=learning_rate_scale=0", "--keep_best_by=loss", "--early_stopping=1", "--steps_per_epoch=3"]
+    extra += ["--dev_bleu_sentences=0", "--checkpoint_every=0"]
+    command = [str(BIN / "tft-train"), "--strategy=multi_worker", *flags(corpus, run, *extra)]
+    for code, stderr in finish(start_workers(2, lambda index: command)):
+        assert code == 0, stderr[-3000:]
+    summaries = [json.loads((path / "train_summary.json").read_text()) for path in (run, run / ".worker-1")]
+    for summary in summaries:
+        assert summary["stopped_by"] == "early_stopping" and summary["steps"] == 6
+        assert summary["best"]["step"] == 3 and summary["best"]["evaluations_since_best"] == 1
+    assert json.loads((run / "best.json").read_text())["checkpoint"] == "best/ckpt-3"
+    assert (run / ".worker-1" / "best" / "ckpt-3.index").exists()
+    assert not (run / ".worker-1" / "best.json").exists()
+    assert checkpoints(run) == ["ckpt-3.index", "ckpt-6.index"]
+
+
 def test_a_worker_started_with_other_options_than_the_chief_is_refused_and_all_stop(corpus, tmp_path):
     multi = tmp_path / "multi"
 

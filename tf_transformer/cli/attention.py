@@ -25,7 +25,11 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string(
     "model_dir", None, "A training run directory: every layer and head (its averaged or newest checkpoint)."
 )
-flags.DEFINE_string("checkpoint", None, "With --model_dir: this checkpoint prefix instead of the default one.")
+flags.DEFINE_string(
+    "checkpoint",
+    None,
+    "With --model_dir: this checkpoint prefix instead of the default one, or best (tft-train --keep_best_by).",
+)
 flags.DEFINE_string("model", None, "Or an export's version directory: its translate_with_alignment signature only.")
 flags.DEFINE_string("sentence", None, "One source sentence.")
 flags.DEFINE_string("input", None, "Or a file of source sentences, one a line.")

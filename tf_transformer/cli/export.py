@@ -17,7 +17,12 @@ flags.DEFINE_string("model_dir", None, "Model directory written by tft-train.", 
 flags.DEFINE_string(
     "output", None, "Export directory, TF Serving layout: saved_models/<name>/<version>.", required=True
 )
-flags.DEFINE_string("checkpoint", None, "Checkpoint prefix (default: MODEL_DIR/averaged/ckpt, else the newest).")
+flags.DEFINE_string(
+    "checkpoint",
+    None,
+    "Checkpoint prefix, or best: the best dev evaluation's (tft-train --keep_best_by) "
+    "(default: MODEL_DIR/averaged/ckpt, else the newest).",
+)
 flags.DEFINE_integer("beam_size", None, "Beam size (default: the config's, 4).", lower_bound=1)
 flags.DEFINE_float("alpha", None, "Length penalty α (default: the config's, 0.6).")
 flags.DEFINE_integer("max_extra_length", None, "Longest output = input length + this (default: the config's, 50).")
@@ -89,10 +94,10 @@ def main(argv):
     from tf_transformer.files import ReadError, WriteError
     from tf_transformer.inference.decode_options import DecodeOptions
     from tf_transformer.inference.export import export_run
-    from tf_transformer.run_dir import CheckpointError, default_checkpoint
+    from tf_transformer.run_dir import CheckpointError, resolve_checkpoint
 
     try:
-        checkpoint = FLAGS.checkpoint or default_checkpoint(FLAGS.model_dir)
+        checkpoint = resolve_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
         options = DecodeOptions.for_run(
             FLAGS.model_dir,
             beam_size=FLAGS.beam_size,

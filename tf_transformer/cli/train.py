@@ -2,6 +2,7 @@
 
     tft-train --config small --data ../shared/data/multi30k --src en --tgt de --model_dir runs/m30k
     tft-train --task parsing --config parsing_cpu --data ../shared/data/ptb_sample/mrg --model_dir runs/ptb
+    tft-train --data corpus/news --data corpus/web --data_weights 0.7,0.3 --src en --tgt de --model_dir runs/mix
 
 Flags can also come from a file: ``tft-train --flagfile=run.flags``.
 """
@@ -21,11 +22,18 @@ from tf_transformer.tasks import TASK_NAMES
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("config", "small", preset_names(), "Preset: tiny, small, base, big or a Table 3 row.")
-flags.DEFINE_string(
+flags.DEFINE_multi_string(
     "data",
     None,
     "Corpus directory ({split}.{src}/{split}.{tgt} or {split}.tsv), file prefix, or tfds:NAME "
-    "(e.g. tfds:wmt14_translate/de-en, written once to text files under $TFT_TEXT_CACHE).",
+    "(e.g. tfds:wmt14_translate/de-en, written once to text files under $TFT_TEXT_CACHE). Repeat to mix "
+    "several corpora by --data_weights; the vocabulary is trained on all, the dev split is the first's.",
+)
+flags.DEFINE_list(
+    "data_weights",
+    None,
+    "With several --data: the share of the batches each gives, in their order, e.g. 0.7,0.3 (normalized; "
+    "default: in proportion to their sizes). An epoch is one pass's worth of batches of all (docs/training.md).",
 )
 flags.DEFINE_enum(
     "task",
@@ -97,6 +105,20 @@ flags.DEFINE_integer(
     lower_bound=0,
 )
 flags.DEFINE_float("max_minutes", None, "Stop after this many minutes of training (a time budget).")
+flags.DEFINE_enum(
+    "keep_best_by",
+    None,
+    ["loss", "bleu", "f1", "score"],
+    "Keep the checkpoint of the best dev evaluation (each epoch's end) in MODEL_DIR/best, named by best.json: "
+    "by loss, or by the task's dev score: bleu (translation), f1 (--task parsing), or score (either). "
+    "tft-export --checkpoint best exports it.",
+)
+flags.DEFINE_integer(
+    "early_stopping",
+    None,
+    "Stop after this many dev evaluations in a row without a better --keep_best_by (default loss).",
+    lower_bound=1,
+)
 flags.DEFINE_string(
     "init_from",
     None,
@@ -124,11 +146,30 @@ def _overrides(settings: list[str]) -> dict:
         raise app.UsageError(str(error)) from error
 
 
+def _weights(values: list[str] | None, sources: int) -> tuple[float, ...] | None:
+    """``--data_weights`` as numbers: one positive weight per ``--data`` source."""
+    if values is None:
+        return None
+    try:
+        weights = tuple(float(value) for value in values)
+    except ValueError:
+        raise app.UsageError(f"--data_weights {','.join(values)}: give numbers, e.g. 0.7,0.3") from None
+    if len(weights) != sources:
+        raise app.UsageError(
+            f"--data_weights gives {len(weights)} weight(s) for {sources} --data source(s): give one per source, "
+            "in the order of the --data flags"
+        )
+    if not all(0 < weight < float("inf") for weight in weights):
+        raise app.UsageError(f"--data_weights {','.join(values)}: each weight must be a positive number")
+    return weights
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     if not FLAGS.data:
         raise app.UsageError("--data is required: a corpus directory or file prefix")
+    weights = _weights(FLAGS.data_weights, len(FLAGS.data))
     if not FLAGS.model_dir:
         raise app.UsageError("--model_dir is required: where the run is written")
     from tf_transformer.tasks import get_task
@@ -136,14 +177,14 @@ def main(argv):
     task = get_task(FLAGS.task)
     train_split = task.splits.train if FLAGS.train_split is None else FLAGS.train_split
     dev_split = task.splits.dev if FLAGS.dev_split is None else FLAGS.dev_split
-    if task.name == "parsing":
-        if not os.path.isdir(FLAGS.data):
-            raise app.UsageError(f"--data {FLAGS.data!r}: --task parsing reads a directory of treebank files")
-    elif FLAGS.linearization:
+    if task.name != "parsing" and FLAGS.linearization:
         raise app.UsageError(f"--linearization is for --task parsing, not --task {task.name}")
-    local = not FLAGS.data.startswith("tfds:")
-    if local and not os.path.exists(FLAGS.data) and not os.path.exists(f"{FLAGS.data}{train_split}.{FLAGS.src}"):
-        raise app.UsageError(f"--data {FLAGS.data!r}: no such directory or file prefix")
+    for data in FLAGS.data:
+        if task.name == "parsing" and not os.path.isdir(data):
+            raise app.UsageError(f"--data {data!r}: --task parsing reads a directory of treebank files")
+        local = not data.startswith("tfds:")
+        if local and not os.path.exists(data) and not os.path.exists(f"{data}{train_split}.{FLAGS.src}"):
+            raise app.UsageError(f"--data {data!r}: no such directory or file prefix")
     from configs import get_config
     from pipelines import DataError
     from tf_transformer.files import ReadError, WriteError
@@ -158,7 +199,8 @@ def main(argv):
     # The task's decoding settings (parsing: section 6.3's beam 21, α 0.3, input + 300), unless --set.
     config = config.replace(**{name: value for name, value in task.decoding.items() if name not in overrides})
     options = RunOptions(
-        data=FLAGS.data,
+        data=FLAGS.data[0] if len(FLAGS.data) == 1 else tuple(FLAGS.data),
+        data_weights=weights,
         task=task.name,
         linearization=FLAGS.linearization,  # None: the task's default, resolved and recorded by the trainer
         src=FLAGS.src,
@@ -182,6 +224,8 @@ def main(argv):
         dev_bleu_sentences=FLAGS.dev_bleu_sentences,
         attention_images=FLAGS.attention_images,
         max_minutes=FLAGS.max_minutes,
+        keep_best_by=FLAGS.keep_best_by,
+        early_stopping=FLAGS.early_stopping,
         init_from=FLAGS.init_from,
         worker_timeout=FLAGS.worker_timeout,
         verbose="auto" if os.isatty(1) else 2,
@@ -198,8 +242,8 @@ def main(argv):
     except ReadError as error:  # storage that did not answer: nothing was changed, the message says what to do
         sys.exit(f"tft-train: {error}")
     print(json.dumps({k: v for k, v in summary.items() if k != "history"}))
-    if summary.get("stopped_by"):  # preempted, with a checkpoint: the status of the signal, as if it had killed
-        sys.exit(128 + signal.Signals[summary["stopped_by"]].value)
+    if summary.get("stopped_by") in signal.Signals.__members__:  # preempted, with a checkpoint: the status of the
+        sys.exit(128 + signal.Signals[summary["stopped_by"]].value)  # signal, as if it had killed (not early_stopping)
 
 
 def run():

@@ -3,7 +3,8 @@
 Every layout runs them: ``fit`` calls them itself, the multi-worker loop
 through a ``keras.callbacks.CallbackList`` (:mod:`~tf_transformer.training.multi_worker`).
 Progress lines and TensorBoard scalars are in :mod:`.progress`; dev BLEU and
-attention images in :mod:`.dev_evaluation`.
+attention images in :mod:`.dev_evaluation`; the best checkpoint and early
+stopping in :mod:`.best`.
 """
 
 from __future__ import annotations
@@ -79,9 +80,14 @@ class StepCheckpoint(keras.callbacks.Callback):
             logging.info("Saved checkpoint %s", path)
         return self.manager.latest_checkpoint
 
-    def on_train_batch_end(self, batch, logs=None):
+    def note(self, logs) -> bool:
+        """Records a non-finite loss in the batch's ``logs`` (nothing is saved after it); whether it was finite."""
         if not _finite(logs):
             self._bad = True
+        return not self._bad
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self.note(logs):
             return
         step = self._updates()
         if self.every_steps and step and step % self.every_steps == 0 and self.at_update_boundary():
@@ -176,6 +182,7 @@ class StopRequests(keras.callbacks.Callback):
         raise Preempted(signals[0], self.checkpoint.save(), step)
 
     def on_train_batch_end(self, batch, logs=None):
+        self.checkpoint.note(logs)  # whichever callback sees the batch first: no checkpoint after a NaN loss
         requested = self._requested()
         if not requested or not self.checkpoint.at_update_boundary():
             return

@@ -85,8 +85,25 @@ def resolve(options: RunOptions, strategy: tf.distribute.Strategy) -> Resolved:
     return Resolved(resolved, reason, defaulted)
 
 
+def check_data(options: RunOptions) -> None:
+    """Refuses ``--data_weights`` that do not give each ``--data`` source one positive weight."""
+    weights = options.data_weights
+    if weights is None:
+        return
+    sources = _listed(options.data)
+    if len(weights) != len(sources):
+        raise OptionError(
+            f"--data_weights gives {len(weights)} weight(s) for {len(sources)} --data source(s): give one per "
+            "source, in the order of the --data flags"
+        )
+    bad = [weight for weight in weights if not (weight > 0 and weight != float("inf"))]
+    if bad:
+        raise OptionError(f"--data_weights {','.join(map(str, weights))}: each weight must be a positive number")
+
+
 def check(options: RunOptions, strategy: tf.distribute.Strategy) -> None:
     """Refuses, with what to do instead, the combinations that fail (or are wrong) in TensorFlow or Keras."""
+    check_data(options)
     gpus = tf.config.list_logical_devices("GPU")
     if options.strategy == "multi_worker":
         if options.jit_compile and not gpus:
@@ -113,6 +130,7 @@ STREAM_OPTIONS = (
     "task",
     "linearization",
     "data",
+    "data_weights",
     "src",
     "tgt",
     "train_split",
@@ -145,9 +163,17 @@ def effective(config: TransformerConfig, run: dict) -> dict:
     values["task"] = run.get("task") or "translation"  # runs written before tasks were recorded translate
     values["tokens_per_batch"] = run.get("tokens_per_batch") or config.tokens_per_batch
     values["max_train_length"] = run.get("max_train_length") or config.max_train_length
-    if values.get("data") and not str(values["data"]).startswith("tfds:"):
-        values["data"] = os.path.realpath(values["data"])
+    data = values.get("data")
+    if data:  # one corpus (a string), or several (a list in config.json, a tuple in RunOptions)
+        real = [source if source.startswith("tfds:") else os.path.realpath(source) for source in _listed(data)]
+        values["data"] = real[0] if isinstance(data, str) else real
+    if values.get("data_weights") is not None:
+        values["data_weights"] = [float(weight) for weight in values["data_weights"]]
     return values
+
+
+def _listed(data) -> list[str]:
+    return [data] if isinstance(data, str) else [str(source) for source in data]
 
 
 def differences(old: dict, new: dict, names=None, skip=()) -> list[tuple[str, object, object]]:

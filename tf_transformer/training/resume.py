@@ -25,7 +25,6 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-import pipelines
 from configs import TransformerConfig
 from tf_transformer import run_dir
 from tf_transformer.files import copy_file
@@ -43,7 +42,8 @@ from tf_transformer.training.strategy import set_precision
 
 SEEDS = "dropout_seeds"
 POSITION = "data_position"
-_PARTS = ("model", "optimizer", SEEDS, POSITION)
+BEST = "best"  # training.best.BestState: the best dev value, its step, the evaluations since
+_PARTS = ("model", "optimizer", SEEDS, POSITION, BEST)
 
 # Model config fields a run started from another run's weights may change
 # (fine-tuning); every other field must match, or the weights mean something else.
@@ -70,16 +70,14 @@ class ResumeError(ValueError):
     """A run directory cannot be resumed (or started from) as asked; the message says why and what to do."""
 
 
-def check_unchanged(
-    model_dir: str, config: TransformerConfig, run: dict, corpus: pipelines.ParallelText | None = None
-) -> None:
+def check_unchanged(model_dir: str, config: TransformerConfig, run: dict, corpus=None) -> None:
     """Refuses to resume ``model_dir`` with options or inputs that would change its data stream, its schedule
     or the shape of its checkpoint; called before anything of the run is written.
 
     Compared: :data:`STREAM_OPTIONS` (a ``jit_compile`` an older version did not
     resolve is not), the precision where it changes the optimizer's checkpoint
     (:func:`~tf_transformer.training.options.loss_scaled`), and by content
-    (:func:`run_dir.fingerprints`) the files of ``corpus`` and ``sp.model``.
+    (:func:`run_dir.fingerprints`) the files of ``corpus`` (one, or a list) and ``sp.model``.
     Every change is named with its old and new value and the flag that sets
     it. Options and fingerprints the stored run does not record (older runs)
     are not compared.
@@ -115,10 +113,16 @@ def check_unchanged(
 def _change(name: str, old, new) -> str:
     if name == "num_replicas":  # no flag of its own
         return f"the number of replicas {old} → {new} (set by --strategy and the devices it finds)"
+    if name == "data_weights":  # None: in proportion to the corpora's sizes
+        return f"--data_weights {_weights(old)} → {_weights(new)}"
     return f"--{name} {old} → {new}"
 
 
-def _changed_inputs(model_dir: str, corpus: pipelines.ParallelText | None) -> list[str]:
+def _weights(weights) -> str:
+    return ",".join(f"{w:g}" for w in weights) if weights else "(none: by the corpora's sizes)"
+
+
+def _changed_inputs(model_dir: str, corpus) -> list[str]:
     """The corpus files and the vocabulary whose bytes differ from those the run recorded."""
     stored = run_dir.stored_fingerprints(model_dir)
     changed = []
@@ -238,13 +242,19 @@ def dropout_seeds(model: keras.Model) -> list:
 
 
 def training_checkpoint(
-    model: keras.Model, optimizer: keras.optimizers.Optimizer | None = None, data_position: tf.Variable | None = None
+    model: keras.Model,
+    optimizer: keras.optimizers.Optimizer | None = None,
+    data_position: tf.Variable | None = None,
+    best: tf.Module | None = None,
 ) -> tf.train.Checkpoint:
-    """The checkpoint of a training run: model, optimizer (the compiled one by default), the dropout state
-    and the micro-batches taken from the data (``DataPosition.batches``)."""
+    """The checkpoint of a training run: model, optimizer (the compiled one by default), the dropout state,
+    the micro-batches taken from the data (``DataPosition.batches``) and, with ``--keep_best_by``, the
+    best dev evaluation so far (``training.best.BestState``)."""
     parts = {"model": model, "optimizer": optimizer or model.optimizer, SEEDS: dropout_seeds(model)}
     if data_position is not None:
         parts[POSITION] = data_position
+    if best is not None:
+        parts[BEST] = best
     return tf.train.Checkpoint(**parts)
 
 
@@ -252,10 +262,11 @@ def restorable(checkpoint: tf.train.Checkpoint, path: str) -> tf.train.Checkpoin
     """``checkpoint``, or for a checkpoint written by an older version the part of it that ``path`` holds.
 
     Without the dropout state a run resumes with other dropout masks (a warning
-    says so); without the data position it continues at the optimizer's step.
+    says so); without the data position it continues at the optimizer's step;
+    without a best dev evaluation (a run that kept none) the best is tracked from here.
     """
     parts = {name: getattr(checkpoint, name) for name in _PARTS if hasattr(checkpoint, name)}
-    missing = [name for name in (SEEDS, POSITION) if name in parts and not holds(path, name)]
+    missing = [name for name in (SEEDS, POSITION, BEST) if name in parts and not holds(path, name)]
     if not missing:
         return checkpoint
     if SEEDS in missing:

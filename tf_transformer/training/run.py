@@ -15,6 +15,7 @@ built here once.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 
@@ -29,6 +30,7 @@ from tf_transformer.files import save_json
 from tf_transformer.model import build_transformer
 from tf_transformer.tasks import Task, get_task
 from tf_transformer.training import resume
+from tf_transformer.training.best import STOPPED, BestCheckpoint, check_options
 from tf_transformer.training.callbacks import DataPosition, StepCheckpoint, StopAtStep, StopRequests
 from tf_transformer.training.cluster import Cluster, differing_options
 from tf_transformer.training.dev_evaluation import DevEvaluation, attention_fn, translate_fn
@@ -69,6 +71,7 @@ class PreparedRun:
     checkpointer: StepCheckpoint
     stop_requests: StopRequests
     dev_evaluation: DevEvaluation
+    best: BestCheckpoint | None  # --keep_best_by, --early_stopping
     callbacks: list
 
     @property
@@ -85,7 +88,9 @@ class PreparedRun:
         return bool(self.options.epochs and not self.options.train_steps)
 
     def finished(self) -> bool:
-        """Whether there is nothing left to train (a finished run run again)."""
+        """Whether there is nothing left to train (a finished or early-stopped run run again)."""
+        if self.best is not None and self.best.exhausted():
+            return True
         if self.by_epochs:
             return self.done_micro >= self.total_micro
         return int(self.model.optimizer.iterations.numpy()) >= self.train_steps
@@ -126,6 +131,7 @@ def prepare(
     resolved = resume.keep_run_defaults(model_dir, resolved, strategy)  # resumed: auto precision is the run's own
     options = resolved.options
     task = get_task(options.task, options.linearization)
+    metric = check_options(options, task)  # before anything is written
     if task.name == "parsing":  # recorded as used, so a later change of the default cannot misread the run
         options = dataclasses.replace(options, linearization=task.linearization)
     chief = cluster is None or cluster.is_chief
@@ -141,27 +147,28 @@ def prepare(
     source_dir = init_checkpoint = None
     if options.init_from and not resuming:
         source_dir, init_checkpoint = resume.source_run(options.init_from)
-    corpus = task.corpus(options, options.train_split)
+    corpora = [task.corpus(source, options.train_split) for source in source_options(options)]
     differing = []
     if chief:
         if resuming:
-            resume.check_unchanged(model_dir, config, run, corpus)  # before config.json is rewritten
+            resume.check_unchanged(model_dir, config, run, corpora)  # before config.json is rewritten
         elif source_dir:
             resume.take_vocabulary(model_dir, source_dir)
         tokenizer = run_dir.make_vocabulary(
             model_dir,
-            corpus,
+            corpora[0],
             options.vocab_size or config.vocab_size,
             options.vocab_model_type,
             options.seed,
-            text=task.vocabulary_text(corpus),
-            symbols=task.symbols(corpus),
+            # Every source's text, in the order given: a vocabulary for all the mixture trains on.
+            text=itertools.chain.from_iterable(task.vocabulary_text(corpus) for corpus in corpora),
+            symbols=list(dict.fromkeys(itertools.chain.from_iterable(task.symbols(c) for c in corpora))),
             symbol_pattern=task.symbol_pattern,
         )
         config = config.replace(vocab_size=tokenizer.vocab_size)
         if source_dir:
             resume.check_architecture(config, run_dir.load_run(source_dir)[0], source_dir)
-        run_dir.save_run(model_dir, config, run, corpus)
+        run_dir.save_run(model_dir, config, run, corpora)
         if cluster:
             cluster.announce(model_dir, token)
     else:
@@ -172,7 +179,7 @@ def prepare(
     if cluster:
         cluster.agree_on_options(differing)
 
-    data = training_data(corpus, tokenizer, config, options, replicas, model_dir)
+    data = training_data(corpora, tokenizer, config, options, replicas, model_dir)
     steps_per_epoch = options.steps_per_epoch or data.batches_per_epoch
     total_micro = total_micro_batches(config, options, steps_per_epoch)
     train_steps = update_count(total_micro, options.accumulate_steps)
@@ -183,7 +190,8 @@ def prepare(
         compile_model(model, config, max(1, options.accumulate_steps), options.jit_compile)
         model.optimizer.build(model.trainable_variables)
     position = DataPosition()
-    checkpoint = resume.training_checkpoint(model, data_position=position.batches)
+    best = _best(model, metric, options, model_dir, work_dir, cluster) if metric else None
+    checkpoint = resume.training_checkpoint(model, data_position=position.batches, best=best.state if best else None)
     chief_manager = tf.train.CheckpointManager(
         checkpoint, run_dir.checkpoint_dir(model_dir), max_to_keep=options.keep_checkpoints
     )
@@ -193,6 +201,8 @@ def prepare(
         else tf.train.CheckpointManager(checkpoint, os.path.join(work_dir, "checkpoints"), max_to_keep=1)
     )
     _restore(model, checkpoint, chief_manager, position, cluster, source_dir, init_checkpoint)
+    if best is not None:
+        best.restored()
 
     log_dir = os.path.join(work_dir, "logs")
     checkpointer = StepCheckpoint(manager, options.checkpoint_every, max(1, options.accumulate_steps))
@@ -210,11 +220,12 @@ def prepare(
     callbacks = [
         position,  # first: a checkpoint written at the end of a batch counts it
         keras.callbacks.TerminateOnNaN(),
-        checkpointer,
-        stop_requests,
+        stop_requests,  # at an epoch's end, before dev BLEU: a signal stops without it (with the epoch's checkpoint)
         StopAtStep(train_steps),
         ThroughputMonitor(log_dir, every_steps=options.log_every),
         dev_evaluation,  # before the progress line and TensorBoard, which show its val_bleu (val_f1)
+        *([best] if best else []),  # compares val_loss or val_bleu (val_f1), so after the dev evaluation
+        checkpointer,  # the epoch's checkpoint after the evaluation: it holds the best-so-far that followed
     ]
     if options.verbose and chief:
         precision = f"precision {options.precision}: {resolved.precision_reason}"
@@ -243,7 +254,31 @@ def prepare(
         checkpointer=checkpointer,
         stop_requests=stop_requests,
         dev_evaluation=dev_evaluation,
+        best=best,
         callbacks=callbacks,
+    )
+
+
+def _best(model, metric, options: RunOptions, model_dir: str, work_dir: str, cluster: Cluster | None):
+    """The :class:`~tf_transformer.training.best.BestCheckpoint` of the run: every worker saves the best
+    weights (saving runs collectives), the chief into ``model_dir/best`` with ``best.json``, the others into
+    their own directory; all take the chief's value of the metric, so they save and stop alike."""
+    chief = cluster is None or cluster.is_chief
+    directory = run_dir.best_dir(model_dir if chief else work_dir)
+    run_dir.checkpoints(directory, repair=True)  # what a killed save left
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), directory, max_to_keep=1)
+    agree = None
+    if cluster:
+
+        def agree(value: float) -> float:
+            return float(cluster.sum([value if cluster.is_chief else 0.0])[0])
+
+    return BestCheckpoint(
+        metric,
+        manager,
+        patience=options.early_stopping,
+        marker=os.path.join(model_dir, run_dir.BEST_FILE) if chief else None,
+        agree=agree,
     )
 
 
@@ -270,8 +305,14 @@ def _restore(model, checkpoint, chief_manager, position, cluster, source_dir, in
 
 
 def finish(prepared: PreparedRun, seconds: float, history: dict, stopped_by: str | None, **extra) -> dict:
-    """The run's summary (also written to ``train_summary.json`` in this process's directory)."""
+    """The run's summary (also written to ``train_summary.json`` in this process's directory).
+
+    ``stopped_by``: the signal that preempted the run; otherwise ``early_stopping`` where the patience ran out.
+    """
     model = prepared.model
+    best = prepared.best
+    if stopped_by is None and best is not None and best.exhausted():
+        stopped_by = STOPPED
     summary = {
         "model_dir": prepared.model_dir,
         "config": prepared.config.name,
@@ -285,6 +326,7 @@ def finish(prepared: PreparedRun, seconds: float, history: dict, stopped_by: str
         "history": history,
         f"dev_{prepared.task.metric}": prepared.dev_evaluation.last_score,
         "latest_checkpoint": prepared.chief_manager.latest_checkpoint,
+        "best": best.summary() if best is not None else None,
         "stopped_by": stopped_by,
     }
     save_json(os.path.join(prepared.work_dir, "train_summary.json"), summary)
@@ -302,24 +344,49 @@ def _batching(config: TransformerConfig, options: RunOptions, replicas: int, mod
     )
 
 
+def source_options(options: RunOptions) -> list[RunOptions]:
+    """The options of each ``--data`` source alone (the first's splits are the dev set's)."""
+    sources = [options.data] if isinstance(options.data, str) else list(options.data)
+    return [dataclasses.replace(options, data=source) for source in sources]
+
+
 def training_data(
-    corpus, tokenizer, config: TransformerConfig, options: RunOptions, replicas: int, model_dir: str
+    corpora: list, tokenizer, config: TransformerConfig, options: RunOptions, replicas: int, model_dir: str
 ) -> pipelines.TrainingData:
-    """The run's global batches: the same for 1, 2, 4 or 8 replicas where the budget allows (``make_buckets``)."""
-    return pipelines.training_dataset(
-        corpus,
-        tokenizer,
-        seed=options.seed,
-        deterministic=True,
-        repeat=True,
-        **_batching(config, options, replicas, model_dir),
+    """The run's global batches: the same for 1, 2, 4 or 8 replicas where the budget allows (``make_buckets``).
+
+    Several corpora (``--data`` repeated) are mixed by ``--data_weights`` (:mod:`pipelines.mixing`), by
+    default in proportion to their batches per epoch, as if they were one corpus.
+    """
+    sources = [
+        pipelines.training_dataset(
+            corpus,
+            tokenizer,
+            seed=options.seed,
+            deterministic=True,
+            repeat=True,
+            name=f"train ({', '.join(corpus.paths)})" if len(corpora) > 1 else "train",
+            **_batching(config, options, replicas, model_dir),
+        )
+        for corpus in corpora
+    ]
+    if len(sources) == 1:
+        return sources[0]
+    weights = options.data_weights or [source.batches_per_epoch for source in sources]
+    logging.info(
+        "Mixing %d corpora, weights %s: %s batches per epoch",
+        len(sources),
+        ", ".join(f"{w / sum(weights):.3f}" for w in weights),
+        " + ".join(str(source.batches_per_epoch) for source in sources),
     )
+    return pipelines.mix(sources, weights, options.seed)
 
 
 def dev_data(task: Task, tokenizer, config: TransformerConfig, options: RunOptions, replicas: int, model_dir: str):
     """``(validation batches or None, dev sources, dev references)`` for validation loss and the dev score."""
     if not options.dev_split:
         return None, [], []
+    options = source_options(options)[0]  # several corpora: the first one's dev split
     dev = task.corpus(options, options.dev_split)
     validation = pipelines.training_dataset(
         dev, tokenizer, shuffle=False, name=options.dev_split, **_batching(config, options, replicas, model_dir)
