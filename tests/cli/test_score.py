@@ -29,10 +29,6 @@ def test_scoring_the_translations_gives_their_scores(tiny_run, tiny_export, tmp_
     for row in from_run:  # the tokens' log-probabilities sum to the total; one per token, EOS counted
         tokens = [float(value) for value in row[3].split()]
         assert len(tokens) == int(row[2]) and sum(tokens) == pytest.approx(float(row[1]), abs=2e-3)
-    alpha_0 = columns(
-        run_command("tft-score", "--model", tiny_export, "--src", source, "--tgt", target, "--alpha", "0")
-    )
-    assert [row[0] for row in alpha_0] == [row[1] for row in alpha_0]  # no length penalty: the log-probability
 
 
 def test_score_refuses_misaligned_files(tiny_export, tmp_path):
@@ -54,22 +50,29 @@ def test_target_prefixes_from_an_export_and_a_run(tiny_run, tiny_export, tmp_pat
     outputs = from_export.stdout.split("\n")[:3]
     assert outputs == from_run.stdout.split("\n")[:3]
     assert outputs[0].startswith("Katze") and outputs[2].startswith("sigma sig")
-    short = run_command("tft-translate", "--model", tiny_export, "--target_prefix", prefixes, input="zeta\n")
-    assert short.returncode != 0 and "prefixes.txt has more lines than the input" in short.stderr
+
+
+def test_prefix_files_must_have_a_line_per_input_line(tmp_path):
+    from pipelines import DataError
+    from tf_transformer.cli.translate import with_prefixes
+
+    prefixes = tmp_path / "prefixes.txt"
+    prefixes.write_text("Katze\n\n")
+    assert list(with_prefixes(iter(["a", "b"]), str(prefixes))) == [("a", "Katze"), ("b", "")]
+    with pytest.raises(DataError, match="prefixes.txt has more lines than the input"):
+        list(with_prefixes(iter(["a"]), str(prefixes)))
+    with pytest.raises(DataError, match="prefixes.txt has 2 lines, fewer than the input"):
+        list(with_prefixes(iter(["a", "b", "c"]), str(prefixes)))
 
 
 def test_sampling_from_an_export_and_a_run(tiny_run, tiny_export):
-    """The same seed draws the same from an export and a run; batches draw the same whatever runs them."""
+    """The same seed draws the same from an export and a run, another seed other samples."""
     flags = ["--sampling", "--seed", "4", "--top_p", "0.9", "--scores", "--max_extra_length", "10"]
     text = "\n".join(LINES) + "\n"
     from_export = columns(run_command("tft-translate", "--model", tiny_export, *flags, input=text))
     from_run = columns(run_command("tft-translate", "--model_dir", tiny_run, *flags, input=text))
     assert [t for _, t in from_export] == [t for _, t in from_run]
     np.testing.assert_allclose([float(s) for s, _ in from_export], [float(s) for s, _ in from_run], atol=2e-3)
-    one_by_one = [*flags, "--batch_size", "1"]
-    alone = columns(run_command("tft-translate", "--model", tiny_export, *one_by_one, input=text))
-    threads = columns(run_command("tft-translate", "--model", tiny_export, *one_by_one, "--workers", "2", input=text))
-    assert threads == alone  # a batch's seed mixes in its text: not the order batches run in
     other_seed = [*flags[:1], "--seed", "5", *flags[3:]]
     other = columns(run_command("tft-translate", "--model", tiny_export, *other_seed, input=text))
     assert [t for _, t in other] != [t for _, t in from_export]

@@ -276,6 +276,13 @@ def test_first_tokens_follow_the_softmax(translator, settings):
     assert (expected > 0).sum() > 1  # a distribution, not one token
 
 
+def test_a_pair_score_is_normalized_as_beam_search_scores():
+    from tf_transformer.inference.batch_scoring import PairScore
+
+    score = PairScore(log_prob=-6.0, length=7, token_log_probs=(-1.0,) * 6 + (0.0,))
+    assert score.normalized(0.0) == -6.0 and score.normalized(1.0) == pytest.approx(-6.0 / 2.0)
+
+
 def test_sampling_options_are_checked():
     for wrong in ({"temperature": 0.0}, {"top_k": -1}, {"top_p": 0.0}, {"top_p": 1.5}):
         with pytest.raises(ValueError, match=next(iter(wrong))):
