@@ -85,8 +85,18 @@ def test_sampling_from_an_export_and_a_run(tiny_run, tiny_export):
         (["--sampling", "--nbest", "2"], "--sampling draws one output per line"),
         (["--sampling", "--temperature", "0"], "temperature must be positive"),
         (["--alignment", "--beam_size", "2"], "--alignment comes from"),
+        (["--checkpoint", "best"], "--checkpoint needs --model_dir"),
     ],
 )
 def test_translate_refuses_flags_that_do_not_go_together(tiny_export, flags, message):
     result = run_command("tft-translate", "--model", tiny_export, *flags, input="zeta\n", timeout=120)
     assert result.returncode != 0 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_run_without_a_best_checkpoint_is_named(tiny_run, tmp_path):
+    (tmp_path / "line.txt").write_text("zeta\n")
+    for command in ("tft-translate", "tft-score"):
+        flags = [] if command == "tft-translate" else ["--src", tmp_path / "line.txt", "--tgt", tmp_path / "line.txt"]
+        result = run_command(command, "--model_dir", tiny_run, "--checkpoint", "best", *flags, input="zeta\n")
+        assert result.returncode != 0 and "no best checkpoint" in result.stderr, result.stderr[-2000:]
+        assert "Traceback" not in result.stderr

@@ -27,6 +27,12 @@ from tf_transformer.cli import check_model_flags, run_main
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "Exported SavedModel directory.")
 flags.DEFINE_string("model_dir", None, "Or a training run directory (its averaged or newest checkpoint).")
+flags.DEFINE_string(
+    "checkpoint",
+    None,
+    "--model_dir only: a checkpoint prefix, or 'best' for the run's best checkpoint (--keep_best_by); default: "
+    "MODEL_DIR/averaged/ckpt while current, else the newest.",
+)
 flags.DEFINE_string("src", None, "Source sentences, one per line (a parser: default, the words of --ref's trees).")
 flags.DEFINE_string(
     "ref", None, "Reference translations, line-aligned with --src (a parser: gold trees, .mrg).", required=True
@@ -42,6 +48,8 @@ flags.DEFINE_integer("batch_size", 64, "Sentences per batch.", lower_bound=1)
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    if FLAGS.model and FLAGS.checkpoint:
+        raise app.UsageError("--checkpoint needs --model_dir: an export holds the weights of one checkpoint")
     check_model_flags(FLAGS.model, FLAGS.model_dir)
     from pipelines import DataError
     from tf_transformer.cli import model_task
@@ -68,10 +76,10 @@ def main(argv):
     if FLAGS.model:
         hypotheses = [text for text, _ in translate_lines(FLAGS.model, sources, FLAGS.batch_size, progress)]
     else:
-        from tf_transformer.run_dir import default_checkpoint
+        from tf_transformer.run_dir import resolve_checkpoint
 
         try:
-            checkpoint = default_checkpoint(FLAGS.model_dir)
+            checkpoint = resolve_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
             print(f"checkpoint: {checkpoint}", file=sys.stderr, flush=True)
             from tf_transformer.inference.decode_options import DecodeOptions
 

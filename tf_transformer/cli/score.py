@@ -24,6 +24,12 @@ from tf_transformer.cli import check_model_flags, run_main
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "Exported SavedModel directory (its score signature).")
 flags.DEFINE_string("model_dir", None, "Or a training run directory (its averaged or newest checkpoint).")
+flags.DEFINE_string(
+    "checkpoint",
+    None,
+    "--model_dir only: a checkpoint prefix, or 'best' for the run's best checkpoint (--keep_best_by); default: "
+    "MODEL_DIR/averaged/ckpt while current, else the newest.",
+)
 flags.DEFINE_string("src", None, "Source sentences, one per line (a parser: default, the words of --tgt's trees).")
 flags.DEFINE_string("tgt", None, "Targets, line-aligned with --src (a parser: trees).", required=True)
 flags.DEFINE_float("alpha", None, "Length penalty α of the score column (default: the export's or config's).")
@@ -34,6 +40,8 @@ flags.DEFINE_integer("batch_size", 64, "Pairs per batch.", lower_bound=1)
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    if FLAGS.model and FLAGS.checkpoint:
+        raise app.UsageError("--checkpoint needs --model_dir: an export holds the weights of one checkpoint")
     if FLAGS.alpha is not None and FLAGS.alpha < 0:
         raise app.UsageError(f"--alpha must not be negative, got {FLAGS.alpha}")
     check_model_flags(FLAGS.model, FLAGS.model_dir)
@@ -60,9 +68,9 @@ def main(argv):
             recorded = read_export_info(FLAGS.model).options
         else:
             from tf_transformer.inference.decode_options import DecodeOptions
-            from tf_transformer.run_dir import default_checkpoint
+            from tf_transformer.run_dir import resolve_checkpoint
 
-            checkpoint = default_checkpoint(FLAGS.model_dir)
+            checkpoint = resolve_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
             print(f"checkpoint: {checkpoint}", file=sys.stderr, flush=True)
             scorer = batch_scoring.checkpoint_scorer(FLAGS.model_dir, checkpoint)
             recorded = DecodeOptions.for_run(FLAGS.model_dir)

@@ -30,6 +30,12 @@ from tf_transformer.inference.batch_translation import (
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "Exported SavedModel directory (beam size and α fixed at export).")
 flags.DEFINE_string("model_dir", None, "Or a training run directory: decodes its averaged or newest checkpoint.")
+flags.DEFINE_string(
+    "checkpoint",
+    None,
+    "--model_dir only: a checkpoint prefix, or 'best' for the run's best checkpoint (--keep_best_by); default: "
+    "MODEL_DIR/averaged/ckpt while current, else the newest.",
+)
 flags.DEFINE_integer("batch_size", 64, "Sentences per batch.", lower_bound=1)
 flags.DEFINE_integer(
     "chunk_size",
@@ -96,6 +102,8 @@ define_thread_flags()
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    if FLAGS.model and FLAGS.checkpoint:
+        raise app.UsageError("--checkpoint needs --model_dir: an export holds the weights of one checkpoint")
     if FLAGS.alignment and not FLAGS.model:
         raise app.UsageError("--alignment needs --model: an export with the translate_with_alignment signature")
     search_flags = {
@@ -144,9 +152,9 @@ def main(argv):
                 with_prefix=with_prefix,
             )
         else:
-            from tf_transformer.run_dir import default_checkpoint
+            from tf_transformer.run_dir import resolve_checkpoint
 
-            checkpoint = default_checkpoint(FLAGS.model_dir)
+            checkpoint = resolve_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
             print(f"checkpoint: {checkpoint}", file=sys.stderr, flush=True)
             from tf_transformer.inference.decode_options import DecodeOptions
 
