@@ -54,7 +54,7 @@ def test_target_prefixes_from_an_export_and_a_run(tiny_run, tiny_export, tmp_pat
 
 def test_prefix_files_must_have_a_line_per_input_line(tmp_path):
     from pipelines import DataError
-    from tf_transformer.cli.translate import with_prefixes
+    from tf_transformer.inference.batch_translation import with_prefixes
 
     prefixes = tmp_path / "prefixes.txt"
     prefixes.write_text("Katze\n\n")

@@ -25,6 +25,7 @@ from tf_transformer.inference.batch_translation import (
     export_translate,
     postprocessed,
     translate_stream,
+    with_prefixes,
 )
 
 FLAGS = flags.FLAGS
@@ -200,27 +201,6 @@ def main(argv):
         print(file=sys.stderr)
         raise app.UsageError(f"{graph_error(error)} (the translations of the chunks before were written)") from None
     print(file=sys.stderr)
-
-
-def with_prefixes(lines, path: str):
-    """``(source, prefix)`` pairs of ``lines`` and the lines of the file at ``path``, refused when counts differ."""
-    from pipelines import DataError, split_lines
-
-    try:
-        handle = open(path, "rb")  # noqa: SIM115 (read as the sources are, line by line)
-    except OSError as error:
-        raise app.UsageError(f"--target_prefix {path}: {error.strerror}") from None
-    with handle:
-        prefixes = split_lines(handle, path)
-        count = 0
-        for source in lines:
-            prefix = next(prefixes, None)
-            if prefix is None:
-                raise DataError(f"{path} has {count} lines, fewer than the input: one prefix per input line")
-            count += 1
-            yield source, prefix
-        if next(prefixes, None) is not None:
-            raise DataError(f"{path} has more lines than the input ({count}): one prefix per input line")
 
 
 def run():

@@ -100,6 +100,31 @@ def source_of(line) -> str:
     return line if isinstance(line, str) else line[0]
 
 
+def with_prefixes(lines: Iterable[str], path: str) -> Iterator[tuple[str, str]]:
+    """``(source, target prefix)`` pairs of ``lines`` and the lines of the file at ``path``, read as they go.
+
+    A :class:`~pipelines.DataError` names the file when it cannot be read or
+    when its line count is not the input's (found when the shorter one ends).
+    """
+    from pipelines import DataError, split_lines
+
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 (read line by line, as the sources are)
+    except OSError as error:
+        raise DataError(f"--target_prefix {path}: {error.strerror}") from None
+    with handle:
+        prefixes = split_lines(handle, path)
+        count = 0
+        for source in lines:
+            prefix = next(prefixes, None)
+            if prefix is None:
+                raise DataError(f"{path} has {count} lines, fewer than the input: one prefix per input line")
+            count += 1
+            yield source, prefix
+        if next(prefixes, None) is not None:
+            raise DataError(f"{path} has more lines than the input ({count}): one prefix per input line")
+
+
 def checked_sources(lines: Iterable[str], model_path: str, name: str) -> Iterator[str]:
     """``lines``, each checked against the export's maximum source length as it is read.
 
