@@ -38,11 +38,16 @@ format: $(STAMP)
 demo: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m tf_transformer.cli.demo
 
+# One pytest process per core (at most 4; TEST_WORKERS=0 runs in this process). A test file's tests share
+# one process, so its module fixtures are built once.
+TEST_WORKERS ?= auto
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadfile
+
 test: lint
-	$(PY) -m pytest
+	$(PYTEST)
 
 test-slow: lint $(SERVING_STAMP)
-	$(PY) -m pytest -m slow
+	$(PYTEST) -m slow
 
 clean:
 	rm -rf $(VENV) $(SERVING_VENV) build *.egg-info .pytest_cache

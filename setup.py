@@ -21,7 +21,7 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS_REQUIRE = {
-    "test": ["pytest>=8", "ruff==0.17.6", "hypothesis==6.170.15"],
+    "test": ["pytest>=8", "pytest-xdist==3.8.0", "ruff==0.17.6", "hypothesis==6.170.15"],
     # Peers for benchmarks/peers.py and the statistical aligner of benchmarks/alignment.py; never runtime
     # dependencies.
     "bench": [

@@ -76,7 +76,7 @@ def start_workers(count, argv_of, ports=None):
     return workers
 
 
-def finish(workers, timeout=600):
+def finish(workers, timeout=1200):
     """``[(returncode, stderr)]`` of each worker; kills all of them on the way out."""
     try:
         outputs = [worker.communicate(timeout=timeout) for worker in workers]
@@ -140,7 +140,7 @@ def test_four_workers_and_four_mirrored_devices_make_one_process_updates(corpus,
         env=environment(),
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1200,
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -162,7 +162,7 @@ def test_four_workers_and_four_mirrored_devices_make_one_process_updates(corpus,
 
 def test_a_killed_worker_stops_the_other_and_a_rerun_resumes(corpus, reference, tmp_path):
     multi = tmp_path / "multi"
-    command = [str(BIN / "tft-train"), "--strategy=multi_worker", "--worker_timeout=20", *flags(corpus, multi)]
+    command = [str(BIN / "tft-train"), "--strategy=multi_worker", "--worker_timeout=60", *flags(corpus, multi)]
     workers = start_workers(2, lambda index: command)
     try:
         deadline = time.monotonic() + 300
