@@ -25,6 +25,12 @@ $(SERVING_STAMP):
 # About 600 MB: only the slow tests need it.
 serving-venv: $(SERVING_STAMP)
 
+# The reference implementations the slow tests compare with (setup.py's "reference" extra, CPU wheels).
+REFERENCE_STAMP := $(VENV)/.reference-installed
+$(REFERENCE_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,reference]'
+	touch $(REFERENCE_STAMP)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -46,7 +52,7 @@ PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadfile
 test: lint
 	$(PYTEST)
 
-test-slow: lint $(SERVING_STAMP)
+test-slow: lint $(SERVING_STAMP) $(REFERENCE_STAMP)
 	$(PYTEST) -m slow
 
 clean:

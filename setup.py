@@ -18,10 +18,15 @@ INSTALL_REQUIRES = [
     "matplotlib==3.11.2",
     # Constituency parsing (section 6.3): Penn Treebank trees and Penn Treebank tokenization.
     "nltk==3.10.4",
+    # tft-import: the weights of OPUS-MT models (model.safetensors).
+    "safetensors==0.8.0",
 ]
 
 EXTRAS_REQUIRE = {
     "test": ["pytest>=8", "pytest-xdist==3.8.0", "ruff==0.17.6", "hypothesis==6.170.15"],
+    # Reference implementations the slow tests compare with (the import's golden files, the CTranslate2 export);
+    # `make test-slow` installs them, `make test` needs none of them.
+    "reference": ["torch==2.13.0", "transformers==5.23.0", "ctranslate2==4.8.5"],
     # Peers for benchmarks/peers.py and the statistical aligner of benchmarks/alignment.py; never runtime
     # dependencies.
     "bench": [
@@ -57,6 +62,7 @@ setup(
             "tft-attention=tf_transformer.cli.attention:run",
             "tft-parse=tf_transformer.cli.parse:run",
             "tft-score=tf_transformer.cli.score:run",
+            "tft-import=tf_transformer.cli.import_model:run",
         ]
     },
     license="Apache-2.0",

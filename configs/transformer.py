@@ -17,6 +17,9 @@ import dataclasses
 import json
 from typing import Any
 
+# The FFN activations (Keras names): the paper's ReLU, and the swish and GELU of other implementations.
+ACTIVATIONS = ("relu", "swish", "gelu")
+
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
@@ -46,6 +49,18 @@ class TransformerConfig:
         tied to the output projection.
       source_vocab_size: source vocabulary size when ``shared_embeddings=False``
         (``None`` → ``vocab_size``; :attr:`encoder_vocab_size` is the size in use).
+
+    Other implementations' choices, so their checkpoints run as trained (docs/importing.md);
+    the defaults are the paper's:
+      activation: the FFN's inner activation: ``"relu"`` (eq. 2), ``"swish"``
+        (Marian's OPUS-MT models) or ``"gelu"``.
+      logits_bias: a learned bias on the pre-softmax logits (Marian has one).
+      position_layout: sinusoids ``"interleaved"`` (section 3.5's formula) or
+        ``"halves"`` (``[sin | cos]``, tensor2tensor's and Marian's).
+      position_timescales: ``"paper"`` (1/10000^(2i/d_model)) or ``"tensor2tensor"``
+        (exp(−i·ln 10000/(d_model/2 − 1)), Marian's).
+      zero_bos_embedding: BOS, the decoder's first input, embeds to zeros (Marian
+        starts its decoder from a zero vector).
 
     Training (section 5):
       label_smoothing: ε_ls.
@@ -82,6 +97,11 @@ class TransformerConfig:
     vocab_size: int = 37000
     shared_embeddings: bool = True
     source_vocab_size: int | None = None
+    activation: str = "relu"
+    logits_bias: bool = False
+    position_layout: str = "interleaved"
+    position_timescales: str = "paper"
+    zero_bos_embedding: bool = False
     # Training.
     label_smoothing: float = 0.1
     train_steps: int = 100_000
@@ -108,8 +128,15 @@ class TransformerConfig:
         for field in ("dropout", "attention_dropout", "relu_dropout", "label_smoothing"):
             if not 0.0 <= getattr(self, field) < 1.0:
                 fail(field, f"must be in [0, 1), got {getattr(self, field)}")
-        if self.position not in ("sinusoidal", "learned"):
-            fail("position", f"must be 'sinusoidal' or 'learned', got {self.position!r}")
+        choices = dict(
+            position=("sinusoidal", "learned"),
+            activation=ACTIVATIONS,
+            position_layout=("interleaved", "halves"),
+            position_timescales=("paper", "tensor2tensor"),
+        )
+        for field, allowed in choices.items():
+            if getattr(self, field) not in allowed:
+                fail(field, f"must be one of {', '.join(allowed)}; got {getattr(self, field)!r}")
 
     @property
     def head_key_dim(self) -> int:

@@ -17,7 +17,7 @@ from pipelines.sources import (
 )
 from pipelines.text_lines import line_dataset, read_lines, split_lines
 from pipelines.token_cache import cached_chunks, tokenize_pairs
-from pipelines.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_sentencepiece
+from pipelines.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, target_model_beside, train_sentencepiece
 
 __all__ = [
     "BOS_ID",
@@ -45,6 +45,7 @@ __all__ = [
     "replica_parts",
     "restore_order",
     "split_lines",
+    "target_model_beside",
     "tfds_pairs",
     "tfds_to_files",
     "to_features_and_labels",

@@ -111,12 +111,34 @@ def train_sentencepiece(
     return model_path
 
 
+def target_model_beside(model_path: str) -> str:
+    """Where the target side's model of ``model_path`` lives when it has one: ``sp.model`` → ``sp.target.model``."""
+    root, extension = os.path.splitext(model_path)
+    return f"{root}.target{extension}"
+
+
+def vocabulary_size(proto: bytes) -> int:
+    """The ids a model's ``proto`` gives the network: its pieces, or fewer when its ``trainer_spec.vocab_size``
+    says so (an imported vocabulary keeps pieces it lacks past that size, tokenized as UNK)."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    model = sentencepiece_model_pb2.ModelProto.FromString(proto)
+    return min(len(model.pieces), model.trainer_spec.vocab_size or len(model.pieces))
+
+
 class Tokenizer(tf.Module):
     """In-graph SentencePiece tokenization with the fixed special ids.
 
     ``tokenize`` maps ``string[batch]`` to ``int32`` ragged ids (no BOS/EOS);
     ``detokenize`` maps ids (ragged or padded with 0) back to strings, dropping
     padding, BOS and EOS. Ids equal the ``sentencepiece`` library's.
+
+    One model serves both sides (section 5.1), unless a target model sits beside
+    it (:func:`target_model_beside`, or ``target_model_path``): an imported Marian
+    model segments each language with its own model over one id map
+    (docs/importing.md). Targets are then tokenized and detokenized with the
+    target model. A model may hold pieces past its :func:`vocabulary_size`: they
+    tokenize as UNK, as Marian's vocabulary does with pieces it lacks.
 
     With a ``symbol_pattern`` (a parser's targets), a target is tokens
     separated by spaces: a token the pattern matches whole is a symbol, one
@@ -126,48 +148,98 @@ class Tokenizer(tf.Module):
     ``_target`` methods are ``tokenize`` and ``detokenize``.
     """
 
-    def __init__(self, model_path: str, name: str = "tokenizer", symbol_pattern: str | None = None):
+    def __init__(
+        self,
+        model_path: str,
+        name: str = "tokenizer",
+        symbol_pattern: str | None = None,
+        target_model_path: str | None = None,
+    ):
         super().__init__(name=name)
         self.symbol_pattern = symbol_pattern
-        with tf.io.gfile.GFile(model_path, "rb") as handle:
-            self.model_proto = handle.read()
+        self.model_proto = self._read(model_path)
         self.model_path = model_path
-        self._sp = self._make_op()
-        processor = spm.SentencePieceProcessor(model_proto=self.model_proto)
-        self.vocab_size = processor.get_piece_size()
-        special = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
-        if special != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-            raise ValueError(
-                f"{model_path}: special ids (pad, unk, bos, eos) are {special}, "
-                f"expected {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; train it with pipelines.vocab.train_sentencepiece"
-            )
+        if target_model_path is None and tf.io.gfile.exists(target_model_beside(model_path)):
+            target_model_path = target_model_beside(model_path)
+        self.target_model_path = target_model_path
+        self.target_proto = self._read(target_model_path) if target_model_path else None
+        self._sp, self._target_sp = self._make_ops()
+        self.vocab_size = vocabulary_size(self.model_proto)
+        self._pieces = spm.SentencePieceProcessor(model_proto=self.model_proto).get_piece_size()
+        for path, proto in ((model_path, self.model_proto), (target_model_path, self.target_proto)):
+            if proto is None:
+                continue
+            processor = spm.SentencePieceProcessor(model_proto=proto)
+            special = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
+            if special != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+                raise ValueError(
+                    f"{path}: special ids (pad, unk, bos, eos) are {special}, "
+                    f"expected {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; train it with pipelines.vocab.train_sentencepiece"
+                )
+            if vocabulary_size(proto) != self.vocab_size:
+                raise ValueError(
+                    f"{path}: {vocabulary_size(proto)} ids, but {model_path} has {self.vocab_size}: "
+                    "a source and a target model must share one id map"
+                )
 
-    def _make_op(self):
+    @staticmethod
+    def _read(path: str) -> bytes:
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            return handle.read()
+
+    def _make_ops(self):
+        """The SentencePiece ops of the source (or shared) model and of the target's (the same op without one).
+
+        Named apart: a SavedModel loaded by TensorFlow 2 shares one model between two such ops of the same
+        name, and would segment targets with the source's model."""
         import tensorflow_text as text
 
-        return text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32)
+        source = text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32, name="source_sentencepiece")
+        if not self.target_proto:
+            return source, source
+        return source, text.SentencepieceTokenizer(
+            model=self.target_proto, out_type=tf.int32, name="target_sentencepiece"
+        )
 
-    def _eager_retry(self, method, value):
+    def _eager_retry(self, method, value, target=False):
+        attribute = "_target_sp" if target and self.target_proto else "_sp"
         try:
-            return getattr(self._sp, method)(value)
+            return getattr(getattr(self, attribute), method)(value)
         except tf.errors.NotFoundError:
             # tf.random.set_seed (and keras.utils.set_random_seed) clear TensorFlow's
             # eager kernel cache, which drops the op's loaded model: load it again.
             if not tf.executing_eagerly():
                 raise
-            self._sp = self._make_op()
-            return getattr(self._sp, method)(value)
+            self._sp, self._target_sp = self._make_ops()
+            return getattr(getattr(self, attribute), method)(value)
 
-    def python_processor(self) -> spm.SentencePieceProcessor:
-        return spm.SentencePieceProcessor(model_proto=self.model_proto)
+    @property
+    def separate_target(self) -> bool:
+        """Whether the target side has its own model (see the class)."""
+        return self.target_proto is not None
+
+    def python_processor(self, target: bool = False) -> spm.SentencePieceProcessor:
+        """The ``sentencepiece`` library's processor of the source model (of the target's with ``target``)."""
+        proto = self.target_proto if target and self.target_proto else self.model_proto
+        return spm.SentencePieceProcessor(model_proto=proto)
+
+    def encode(self, text: str) -> list[int]:
+        """One source ``text`` tokenized in Python, as :meth:`tokenize` does in the graph (no EOS)."""
+        return [i if i < self.vocab_size else UNK_ID for i in self.python_processor().encode(text)]
+
+    def _known(self, ids):
+        """``ids`` with those past :attr:`vocab_size` (pieces the id map lacks) replaced by UNK."""
+        if self._pieces <= self.vocab_size:
+            return ids
+        return tf.ragged.map_flat_values(lambda flat: tf.where(flat < self.vocab_size, flat, UNK_ID), ids)
 
     def tokenize(self, strings):
         """``string[batch]`` → ``int32`` RaggedTensor ``[batch, (len)]``."""
-        return self._eager_retry("tokenize", strings)
+        return self._known(self._eager_retry("tokenize", strings))
 
     def pieces(self, ids):
         """``int`` ids of any shape → their SentencePiece pieces (``"▁"`` starts a word), same shape."""
-        return self._eager_retry("id_to_string", ids)
+        return self._eager_retry("id_to_string", ids, target=True)
 
     def detokenize(self, ids):
         """``int[batch, len]`` (ragged, or dense padded with 0) → ``string[batch]``."""
@@ -175,7 +247,7 @@ class Tokenizer(tf.Module):
             ids = tf.RaggedTensor.from_tensor(ids, padding=PAD_ID)
         keep = (ids != PAD_ID) & (ids != BOS_ID) & (ids != EOS_ID)  # UNK stays: it detokenizes to " ⁇ "
         ids = tf.ragged.boolean_mask(ids, keep)
-        return self._eager_retry("detokenize", ids)
+        return self._eager_retry("detokenize", ids, target=True)
 
     @property
     def target_symbols(self) -> bool:
@@ -185,13 +257,14 @@ class Tokenizer(tf.Module):
     def tokenize_target(self, strings):
         """Targets ``string[batch]`` → ``int32`` RaggedTensor ``[batch, (len)]`` (see the class)."""
         if not self.target_symbols:
-            return self.tokenize(strings)
+            return self._known(self._eager_retry("tokenize", strings, target=True))
         tokens = tf.strings.split(strings)  # [batch, (tokens)]: runs of whitespace separate
         flat = tokens.flat_values  # [tokens]
         symbol = tf.strings.regex_full_match(flat, self.symbol_pattern)  # [tokens]
-        words = self.tokenize(flat)  # [tokens, (pieces)]: a symbol as text too, dropped below
+        words = self._eager_retry("tokenize", flat, target=True)  # [tokens, (pieces)]: a symbol as text too
+        words = self._known(words)  # the symbols' pieces are dropped below
         words = tf.ragged.boolean_mask(words, words.with_flat_values(tf.repeat(~symbol, words.row_lengths())))
-        ids = self._eager_retry("string_to_id", flat)[:, None]  # [tokens, 1]
+        ids = self._eager_retry("string_to_id", flat, target=True)[:, None]  # [tokens, 1]
         symbols = tf.ragged.boolean_mask(tf.RaggedTensor.from_tensor(ids), symbol[:, None])  # [tokens, (0 or 1)]
         per_token = tf.concat([symbols, words], axis=1)  # [tokens, (pieces)]: a symbol's id, or a word's pieces
         return tokens.with_flat_values(per_token).merge_dims(1, 2)  # [batch, (pieces)]

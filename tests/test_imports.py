@@ -29,6 +29,7 @@ RANKS = {
     "tf_transformer.tasks": 5,  # a task's data, targets, scores and decoding defaults: every later stage asks it
     "tf_transformer.inference": 6,
     "tf_transformer.training": 6,
+    "tf_transformer.importing": 6,  # models trained elsewhere written as run directories
     "tf_transformer.serving": 7,
     "tf_transformer.cli": 8,
 }

@@ -7,6 +7,7 @@ from keras import ops
 
 from configs import TransformerConfig
 from tf_transformer import masks
+from tf_transformer.constants import BOS_ID
 from tf_transformer.layers.decoder import Decoder
 from tf_transformer.layers.embedding import SharedEmbedding
 from tf_transformer.layers.encoder import Encoder
@@ -25,7 +26,8 @@ class Transformer(keras.Model):
       vocab_size: (target, or shared) vocabulary size.
       num_layers, d_model, d_ff, num_heads, key_dim, value_dim, dropout,
       attention_dropout, relu_dropout, position, max_positions, pre_norm,
-      layer_norm_epsilon, shared_embeddings, source_vocab_size: as in
+      layer_norm_epsilon, shared_embeddings, source_vocab_size, activation,
+      logits_bias, position_layout, position_timescales, zero_bos_embedding: as in
       :class:`configs.TransformerConfig` (``key_dim``/``value_dim`` are
       required here; the factory :func:`build_transformer` resolves them).
 
@@ -62,6 +64,11 @@ class Transformer(keras.Model):
         attention_bias: bool = False,
         shared_embeddings: bool = True,
         source_vocab_size: int | None = None,
+        activation: str = "relu",
+        logits_bias: bool = False,
+        position_layout: str = "interleaved",
+        position_timescales: str = "paper",
+        zero_bos_embedding: bool = False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -82,9 +89,21 @@ class Transformer(keras.Model):
         self.attention_bias = attention_bias
         self.shared_embeddings = shared_embeddings
         self.source_vocab_size = source_vocab_size
+        self.activation = activation
+        self.logits_bias = logits_bias
+        self.position_layout = position_layout
+        self.position_timescales = position_timescales
+        self.zero_bos_embedding = zero_bos_embedding
 
         policy = self.dtype_policy
-        self.target_embedding = SharedEmbedding(vocab_size, d_model, dtype=policy, name="shared_embedding")
+        self.target_embedding = SharedEmbedding(
+            vocab_size,
+            d_model,
+            logits_bias=logits_bias,
+            zero_ids=(BOS_ID,) if zero_bos_embedding else (),
+            dtype=policy,
+            name="shared_embedding",
+        )
         if shared_embeddings:
             self.source_embedding = self.target_embedding
         else:
@@ -105,6 +124,9 @@ class Transformer(keras.Model):
             attention_bias=attention_bias,
             position=position,
             max_positions=max_positions,
+            activation=activation,
+            position_layout=position_layout,
+            position_timescales=position_timescales,
             dtype=policy,
         )
         self.encoder = Encoder(**stack, name="encoder")
@@ -187,6 +209,11 @@ class Transformer(keras.Model):
             attention_bias=self.attention_bias,
             shared_embeddings=self.shared_embeddings,
             source_vocab_size=self.source_vocab_size,
+            activation=self.activation,
+            logits_bias=self.logits_bias,
+            position_layout=self.position_layout,
+            position_timescales=self.position_timescales,
+            zero_bos_embedding=self.zero_bos_embedding,
         )
 
     @classmethod
@@ -221,6 +248,11 @@ def build_transformer(config: TransformerConfig, dtype=None, build: bool = True)
         attention_bias=config.attention_bias,
         shared_embeddings=config.shared_embeddings,
         source_vocab_size=None if config.shared_embeddings else config.encoder_vocab_size,
+        activation=config.activation,
+        logits_bias=config.logits_bias,
+        position_layout=config.position_layout,
+        position_timescales=config.position_timescales,
+        zero_bos_embedding=config.zero_bos_embedding,
         dtype=dtype,
         name=f"transformer_{config.name}",
     )

@@ -274,6 +274,8 @@ def fingerprints(model_dir: str, corpus: pipelines.ParallelText | Sequence | Non
     vocabulary = vocabulary_path(model_dir)
     if tf.io.gfile.exists(vocabulary):
         values["vocabulary"] = _sha256(vocabulary)
+    if tf.io.gfile.exists(pipelines.target_model_beside(vocabulary)):
+        values["target_vocabulary"] = _sha256(pipelines.target_model_beside(vocabulary))
     return values
 
 

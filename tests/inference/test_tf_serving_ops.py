@@ -128,10 +128,22 @@ def serving_build(export, *flags) -> dict:
     return loaded["signatures"]
 
 
+@pytest.fixture(scope="module")
+def imported_export(tmp_path_factory):
+    """The tiny OPUS-MT reference model (tests/fixtures/marian) imported and exported."""
+    from tests.importing.test_marian import FIXTURE
+    from tf_transformer.importing.imported_run import import_opus_mt
+
+    run = import_opus_mt(str(FIXTURE), str(tmp_path_factory.mktemp("opus_mt") / "run"))
+    return export_cli(run, tmp_path_factory.mktemp("opus_mt_export") / "opus_mt" / "1")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["full", "ids_only", "parser"])
-def test_every_signature_runs_in_tf_serving_op_set(kind, tiny_export, ids_only_export, tiny_parser):
-    export = {"full": tiny_export, "ids_only": ids_only_export, "parser": tiny_parser[1]}[kind]
+@pytest.mark.parametrize("kind", ["full", "ids_only", "parser", "imported"])
+def test_every_signature_runs_in_tf_serving_op_set(kind, tiny_export, ids_only_export, tiny_parser, request):
+    exports = {"full": lambda: tiny_export, "ids_only": lambda: ids_only_export, "parser": lambda: tiny_parser[1]}
+    exports["imported"] = lambda: request.getfixturevalue("imported_export")
+    export = exports[kind]()
     flags = ["--without_tf_text"] if kind == "ids_only" else []
     there, here = serving_build(export, *flags), in_this_tensorflow(export)
     assert set(there) == set(here) and here

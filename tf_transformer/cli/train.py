@@ -21,7 +21,12 @@ from tf_transformer.cli import run_main
 from tf_transformer.tasks import TASK_NAMES
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("config", "small", preset_names(), "Preset: tiny, small, base, big or a Table 3 row.")
+flags.DEFINE_enum(
+    "config",
+    "small",
+    preset_names(),
+    "Preset: tiny, small, base, big or a Table 3 row (with --init_from, by default: that run's model).",
+)
 flags.DEFINE_multi_string(
     "data",
     None,
@@ -123,7 +128,8 @@ flags.DEFINE_string(
     "init_from",
     None,
     "Start a new run from the weights of another run (its directory, or a checkpoint in it), with a new "
-    "optimizer and schedule, e.g. fine-tuning on new data; its vocabulary is used.",
+    "optimizer and schedule, e.g. fine-tuning on new data (an imported model's too: tft-import); its model and "
+    "vocabulary are used.",
 )
 flags.DEFINE_float(
     "worker_timeout",
@@ -195,7 +201,16 @@ def main(argv):
 
     logging.set_verbosity(logging.INFO)
     overrides = _overrides(FLAGS.set)
-    config = get_config(FLAGS.config, **overrides)
+    if FLAGS.init_from and not FLAGS["config"].present:  # fine-tuning: the model of the run it starts from
+        from tf_transformer.run_dir import load_run
+        from tf_transformer.training.resume import source_run
+
+        try:
+            config = load_run(source_run(FLAGS.init_from)[0])[0].replace(**overrides)
+        except (ResumeError, FileNotFoundError, ValueError) as error:
+            raise app.UsageError(f"--init_from {FLAGS.init_from}: {error}") from None
+    else:
+        config = get_config(FLAGS.config, **overrides)
     # The task's decoding settings (parsing: section 6.3's beam 21, α 0.3, input + 300), unless --set.
     config = config.replace(**{name: value for name, value in task.decoding.items() if name not in overrides})
     options = RunOptions(

@@ -34,6 +34,7 @@ import shutil
 import keras
 import tensorflow as tf
 
+from pipelines import target_model_beside
 from tf_transformer.files import replace_directory, staging_directory, write_failed
 from tf_transformer.inference.decode_options import DecodeOptions
 from tf_transformer.inference.export_info import REQUEST_TIME_SIGNATURES, ExportInfo, write_export_info
@@ -178,6 +179,8 @@ def export_translator(
         # the export too, for clients that tokenize themselves.
         os.makedirs(os.path.join(target, "assets"), exist_ok=True)
         shutil.copyfile(vocabulary_path, os.path.join(target, "assets", "sp.model"))
+        if os.path.exists(target_model_beside(vocabulary_path)):  # an imported model's target side
+            shutil.copyfile(target_model_beside(vocabulary_path), os.path.join(target, "assets", "sp.target.model"))
         alignment = None if ids_only else alignment_layer
         write_export_info(target, export_info(translator, ids_only, alignment, task, request_signatures))
         replace_directory(target, output)  # an existing export stays whole until the new one is in place

@@ -51,6 +51,7 @@ class DecoderLayer(keras.layers.Layer):
         pre_norm: bool = False,
         layer_norm_epsilon: float = 1e-6,
         attention_bias: bool = False,
+        activation: str = "relu",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -64,6 +65,7 @@ class DecoderLayer(keras.layers.Layer):
         self.pre_norm = pre_norm
         self.layer_norm_epsilon = layer_norm_epsilon
         self.attention_bias = attention_bias
+        self.activation = activation
         residual = dict(dropout=dropout, pre_norm=pre_norm, layer_norm_epsilon=layer_norm_epsilon)
         policy = self.dtype_policy
         self.self_attention = MultiHeadAttention(
@@ -86,7 +88,9 @@ class DecoderLayer(keras.layers.Layer):
             name="cross_attention",
         )
         self.cross_attention_residual = ResidualSublayer(**residual, dtype=policy, name="cross_attention_residual")
-        self.feed_forward = PositionwiseFeedForward(d_ff, relu_dropout=relu_dropout, dtype=policy, name="feed_forward")
+        self.feed_forward = PositionwiseFeedForward(
+            d_ff, relu_dropout=relu_dropout, activation=activation, dtype=policy, name="feed_forward"
+        )
         self.feed_forward_residual = ResidualSublayer(**residual, dtype=policy, name="feed_forward_residual")
 
     def build(self, x_shape, memory_shape):

@@ -21,6 +21,8 @@ class EncoderLayer(keras.layers.Layer):
       attention_dropout, relu_dropout: optional extra dropouts (0 in the paper).
       pre_norm: pre-LN instead of the paper's post-LN.
       layer_norm_epsilon: LayerNormalization epsilon.
+      attention_bias: biases in the attention projections (none in the paper).
+      activation: the FFN's inner activation (the paper's ReLU; Marian's models use swish).
 
     Call args:
       x: ``[batch, src_len, d_model]``.
@@ -49,6 +51,7 @@ class EncoderLayer(keras.layers.Layer):
         pre_norm: bool = False,
         layer_norm_epsilon: float = 1e-6,
         attention_bias: bool = False,
+        activation: str = "relu",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -62,6 +65,7 @@ class EncoderLayer(keras.layers.Layer):
         self.pre_norm = pre_norm
         self.layer_norm_epsilon = layer_norm_epsilon
         self.attention_bias = attention_bias
+        self.activation = activation
         residual = dict(dropout=dropout, pre_norm=pre_norm, layer_norm_epsilon=layer_norm_epsilon)
         self.self_attention = MultiHeadAttention(
             num_heads,
@@ -76,7 +80,7 @@ class EncoderLayer(keras.layers.Layer):
             **residual, dtype=self.dtype_policy, name="self_attention_residual"
         )
         self.feed_forward = PositionwiseFeedForward(
-            d_ff, relu_dropout=relu_dropout, dtype=self.dtype_policy, name="feed_forward"
+            d_ff, relu_dropout=relu_dropout, activation=activation, dtype=self.dtype_policy, name="feed_forward"
         )
         self.feed_forward_residual = ResidualSublayer(**residual, dtype=self.dtype_policy, name="feed_forward_residual")
 

@@ -7,16 +7,28 @@ import math
 import keras
 from keras import ops
 
+LAYOUTS = ("interleaved", "halves")
+TIMESCALES = ("paper", "tensor2tensor")
+
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class SinusoidalPositionEncoding(keras.layers.Layer):
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(…), section 3.5.
 
-    Even channels hold sines and odd channels cosines, as in the paper's formula.
     Has no weights; any length works (the paper's reason for choosing sinusoids).
+    Two choices other implementations made differently, kept so their checkpoints
+    run as they were trained (docs/importing.md):
+
+    - ``layout``: ``"interleaved"`` (the paper's formula: sines at even channels,
+      cosines at odd ones) or ``"halves"`` (``[sin | cos]``: all sines, then all
+      cosines, as tensor2tensor and Marian lay them out);
+    - ``timescales``: ``"paper"`` (channel pair i turns at 1 / 10000^(2i/d_model))
+      or ``"tensor2tensor"`` (at exp(−i · ln 10000 / (d_model/2 − 1)), so the last
+      pair's wavelength is exactly 10000·2π; Marian's C++ computes this one).
 
     Args:
       max_wavelength: the 10000 of the formula.
+      layout, timescales: see above.
 
     Call args:
       x: ``[batch, len, d_model]``; only its length and width are used.
@@ -26,18 +38,36 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
       ``[len, d_model]`` encodings in the compute dtype, to be added to ``x``.
     """
 
-    def __init__(self, max_wavelength: float = 10000.0, **kwargs):
+    def __init__(
+        self, max_wavelength: float = 10000.0, layout: str = "interleaved", timescales: str = "paper", **kwargs
+    ):
         super().__init__(**kwargs)
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        if timescales not in TIMESCALES:
+            raise ValueError(f"timescales must be one of {TIMESCALES}, got {timescales!r}")
         self.max_wavelength = max_wavelength
+        self.layout = layout
+        self.timescales = timescales
 
     def call(self, x, start_index=0):
         length, d_model = ops.shape(x)[1], ops.shape(x)[2]
         positions = ops.cast(ops.arange(length) + start_index, "float32")  # [len]
-        channel = ops.cast(ops.arange(d_model) // 2 * 2, "float32")  # [d_model]: 2i for 2i and 2i+1
-        inv_freq = ops.exp(-math.log(self.max_wavelength) * channel / ops.cast(d_model, "float32"))
+        half = d_model // 2
+        if self.layout == "interleaved":
+            pair = ops.arange(d_model) // 2  # [d_model]: i for channels 2i and 2i+1
+            is_sine = ops.arange(d_model) % 2 == 0  # [d_model]
+        else:
+            pair = ops.arange(d_model) % half  # [d_model]: i for channels i and half + i
+            is_sine = ops.arange(d_model) < half  # [d_model]
+        if self.timescales == "paper":
+            channel = ops.cast(pair * 2, "float32")  # [d_model]: 2i
+            inv_freq = ops.exp(-math.log(self.max_wavelength) * channel / ops.cast(d_model, "float32"))  # [d_model]
+        else:
+            step = math.log(self.max_wavelength) / ops.cast(ops.maximum(half - 1, 1), "float32")
+            inv_freq = ops.exp(-step * ops.cast(pair, "float32"))  # [d_model]
         angles = positions[:, None] * inv_freq[None, :]  # [len, d_model]
-        is_even = ops.arange(d_model) % 2 == 0  # [d_model]
-        encoding = ops.where(is_even[None, :], ops.sin(angles), ops.cos(angles))  # [len, d_model]
+        encoding = ops.where(is_sine[None, :], ops.sin(angles), ops.cos(angles))  # [len, d_model]
         return ops.cast(encoding, self.compute_dtype)
 
     def compute_output_shape(self, x_shape):
@@ -45,7 +75,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(max_wavelength=self.max_wavelength)
+        config.update(max_wavelength=self.max_wavelength, layout=self.layout, timescales=self.timescales)
         return config
 
 

@@ -21,13 +21,22 @@ def layer_hyperparameters(layer) -> dict:
         pre_norm=layer.pre_norm,
         layer_norm_epsilon=layer.layer_norm_epsilon,
         attention_bias=layer.attention_bias,
+        activation=layer.activation,
     )
 
 
-def make_position_layer(position: str, max_positions: int, dtype, name: str = "position"):
-    """The position layer for ``position`` = ``"sinusoidal"`` | ``"learned"``."""
+def make_position_layer(
+    position: str,
+    max_positions: int,
+    dtype,
+    name: str = "position",
+    layout: str = "interleaved",
+    timescales: str = "paper",
+):
+    """The position layer for ``position`` = ``"sinusoidal"`` (of ``layout`` and ``timescales``, see
+    :class:`SinusoidalPositionEncoding`) | ``"learned"``."""
     if position == "sinusoidal":
-        return SinusoidalPositionEncoding(dtype=dtype, name=name)
+        return SinusoidalPositionEncoding(layout=layout, timescales=timescales, dtype=dtype, name=name)
     if position == "learned":
         return LearnedPositionEmbedding(max_positions, dtype=dtype, name=name)
     raise ValueError(f"position must be 'sinusoidal' or 'learned', got {position!r}")
@@ -63,6 +72,9 @@ class LayerStack(keras.layers.Layer):
         attention_bias: bool = False,
         position: str = "sinusoidal",
         max_positions: int = 1024,
+        activation: str = "relu",
+        position_layout: str = "interleaved",
+        position_timescales: str = "paper",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -79,7 +91,12 @@ class LayerStack(keras.layers.Layer):
         self.attention_bias = attention_bias
         self.position = position
         self.max_positions = max_positions
-        self.position_layer = make_position_layer(position, max_positions, self.dtype_policy)
+        self.activation = activation
+        self.position_layout = position_layout
+        self.position_timescales = position_timescales
+        self.position_layer = make_position_layer(
+            position, max_positions, self.dtype_policy, layout=position_layout, timescales=position_timescales
+        )
         self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="embedding_dropout")
         layers = [
             self.layer_class(**layer_hyperparameters(self), dtype=self.dtype_policy, name=f"layer_{i}")
@@ -107,5 +124,7 @@ class LayerStack(keras.layers.Layer):
             num_layers=self.num_layers,
             position=self.position,
             max_positions=self.max_positions,
+            position_layout=self.position_layout,
+            position_timescales=self.position_timescales,
         )
         return config

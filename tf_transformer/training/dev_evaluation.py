@@ -52,12 +52,12 @@ def attention_fn(model, tokenizer, max_extra_length: int = 50):
     TensorBoard images of :class:`DevEvaluation`).
     """
     decode = _greedy(model, max_extra_length)
-    processor = tokenizer.python_processor()  # the ids of the graph's tokenizer, and their pieces
+    processor = tokenizer.python_processor()  # the pieces of the graph tokenizer's ids
 
     def maps(sources: list[str]) -> list[AttentionMaps]:
         found = []
         for source in sources:
-            ids = [*processor.encode(source.strip()), EOS_ID]
+            ids = [*tokenizer.encode(source.strip()), EOS_ID]
             output = decode(tf.constant([ids], tf.int32))[0].numpy()
             target = output[: hypothesis_length(output)]
             found.append(attention_maps(model, ids, target, processor.id_to_piece))

@@ -26,6 +26,7 @@ import tensorflow as tf
 from absl import logging
 
 from configs import TransformerConfig
+from pipelines import target_model_beside
 from tf_transformer import run_dir
 from tf_transformer.files import copy_file
 from tf_transformer.training.options import (
@@ -209,6 +210,8 @@ def take_vocabulary(model_dir: str, source_dir: str) -> None:
     source, target = run_dir.vocabulary_path(source_dir), run_dir.vocabulary_path(model_dir)
     if not tf.io.gfile.exists(target):
         tf.io.gfile.makedirs(model_dir)
+        if tf.io.gfile.exists(target_model_beside(source)):  # an imported model's target side: first
+            copy_file(target_model_beside(source), target_model_beside(target))
         copy_file(source, target)
         return
     with tf.io.gfile.GFile(source, "rb") as a, tf.io.gfile.GFile(target, "rb") as b:

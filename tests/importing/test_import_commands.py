@@ -1,0 +1,82 @@
+"""From an OPUS-MT directory to a served and a fine-tuned model with the commands a user runs
+(docs/importing.md), and the committed reference is what transformers computes (slow: needs the
+"reference" extra)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.commands import export_cli, run_command
+from tests.corpora import write_corpus
+from tests.importing.test_marian import FIXTURE
+from tests.serving.client import Server
+
+SOURCES = ["alpha beta gamma", "haus baum katze hund delta", "omega", "sigma zeta theta kappa lambda epsilon"]
+
+
+@pytest.mark.slow
+def test_import_export_translate_and_serve(tmp_path):
+    run = tmp_path / "opus_mt"
+    done = run_command("tft-import", "--source", FIXTURE, "--model_dir", run)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["position_timescales"] == "tensor2tensor" and summary["layers"] == 2
+    again = run_command("tft-import", "--source", FIXTURE, "--model_dir", run)
+    assert again.returncode != 0 and "exists" in again.stderr  # an existing run is never overwritten silently
+
+    export = export_cli(run, tmp_path / "serving" / "opus_mt" / "1")
+    assert (export / "assets" / "sp.target.model").exists()
+    lines = "\n".join(SOURCES) + "\n"
+    from_run = run_command("tft-translate", "--model_dir", run, "--max_extra_length", "10", input=lines)
+    from_export = run_command("tft-translate", "--model", export, input=lines)
+    assert from_run.returncode == 0 and from_export.returncode == 0, (
+        from_run.stderr[-2000:],
+        from_export.stderr[-2000:],
+    )
+    translations = from_export.stdout.splitlines()
+    assert translations == from_run.stdout.splitlines() and len(translations) == len(SOURCES)
+
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, n=60)
+    tuned = tmp_path / "tuned"
+    flags = ["--data", corpus, "--model_dir", tuned, "--train_steps", "2", "--tokens_per_batch", "256"]
+    done = run_command("tft-train", "--init_from", run, *flags, "--dev_split", "", "--checkpoint_every", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    stored, source = (json.loads((r / "config.json").read_text())["model"] for r in (tuned, run))
+    assert stored == source  # the imported model, with its vocabulary: both SentencePiece models
+    for name in ("sp.model", "sp.target.model"):
+        assert (tuned / name).read_bytes() == (run / name).read_bytes(), name
+
+    server = Server(export.parent)
+    try:
+        status, body = server.post({"instances": SOURCES})
+    finally:
+        server.stop()
+    assert status == 200, body
+    assert [p["translations"] for p in body["predictions"]] == translations
+
+
+@pytest.mark.slow
+def test_the_committed_reference_is_what_transformers_computes(tmp_path):
+    pytest.importorskip(
+        "transformers", reason="the reference needs transformers and torch: pip install -e '.[reference]'"
+    )
+    from tests.importing.marian_reference import write
+
+    write(tmp_path)
+    for name in ("config.json", "vocab.json", "source.spm", "target.spm"):
+        assert (tmp_path / name).read_bytes() == (FIXTURE / name).read_bytes(), name
+    ours, theirs = np.load(FIXTURE / "reference.npz"), np.load(tmp_path / "reference.npz")
+    assert set(ours.files) == set(theirs.files)
+    for key in ours.files:
+        if ours[key].dtype.kind == "f":
+            np.testing.assert_allclose(theirs[key], ours[key], atol=1e-5, err_msg=key)
+        else:
+            np.testing.assert_array_equal(theirs[key], ours[key], err_msg=key)
+    from safetensors.numpy import load_file
+
+    weights, committed = load_file(tmp_path / "model.safetensors"), load_file(FIXTURE / "model.safetensors")
+    assert weights.keys() == committed.keys()
+    for name in weights:
+        np.testing.assert_array_equal(weights[name], committed[name], err_msg=name)

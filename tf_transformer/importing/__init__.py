@@ -1,0 +1,1 @@
+"""Models trained elsewhere as run directories of ours (docs/importing.md)."""

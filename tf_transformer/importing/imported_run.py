@@ -1,0 +1,54 @@
+"""Writes an imported model as a run directory that every command reads as one of ours.
+
+The directory holds what ``tft-train`` writes for inference and fine-tuning:
+``config.json`` (the model config; the run's task; where the model came from),
+``sp.model`` and ``sp.target.model`` (the two SentencePiece models, renumbered
+to one id map: :mod:`tf_transformer.importing.vocabulary`) and
+``checkpoints/ckpt-0`` (the model's weights). It is written beside its
+destination and renamed into place whole: a failed import leaves nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import tensorflow as tf
+
+from tf_transformer.files import replace_directory, save_json, staging_directory, write_bytes, write_failed
+from tf_transformer.importing import marian
+from tf_transformer.model import build_transformer
+from tf_transformer.run_dir import CONFIG_FILE, VOCABULARY_FILE, checkpoint_dir
+
+
+def import_opus_mt(
+    source: str, model_dir: str, position_timescales: str = "tensor2tensor", overwrite: bool = False
+) -> str:
+    """Imports the OPUS-MT model directory ``source`` (Hugging Face's layout) as the run ``model_dir``.
+
+    ``position_timescales``: see :mod:`tf_transformer.importing.marian` (Marian's, the default, or
+    ``"paper"`` for Hugging Face's port). An existing ``model_dir`` is refused unless ``overwrite``.
+    Returns ``model_dir``.
+    """
+    if os.path.exists(model_dir) and not overwrite:
+        raise FileExistsError(f"{model_dir} exists: choose a new directory, or pass --overwrite to replace it")
+    checkpoint = marian.read_checkpoint(source)
+    config = marian.transformer_config(checkpoint, position_timescales)
+    source_model, target_model = marian.vocabulary_models(checkpoint)
+    model = build_transformer(config, dtype="float32")
+    marian.load_into(model, checkpoint, config)
+    staging = staging_directory(model_dir)
+    try:
+        write_bytes(os.path.join(staging, VOCABULARY_FILE), source_model)
+        write_bytes(os.path.join(staging, "sp.target.model"), target_model)
+        run = {"data": None, "task": "translation", "src": None, "tgt": None}
+        imported = {"from": os.path.abspath(source), "format": "huggingface-marian"}
+        save_json(os.path.join(staging, CONFIG_FILE), {"model": config.to_dict(), "run": run, "imported": imported})
+        manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), checkpoint_dir(staging), max_to_keep=1)
+        manager.save(checkpoint_number=0)
+        replace_directory(staging, model_dir)
+    except (tf.errors.OpError, OSError) as error:
+        raise write_failed("imported run", model_dir, error, os.path.exists(model_dir)) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return model_dir
