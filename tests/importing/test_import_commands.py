@@ -37,6 +37,16 @@ def test_import_export_translate_and_serve(tmp_path):
     translations = from_export.stdout.splitlines()
     assert translations == from_run.stdout.splitlines() and len(translations) == len(SOURCES)
 
+    (tmp_path / "src.txt").write_text(lines, encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("\n".join(translations) + "\n", encoding="utf-8")
+    scored = run_command(
+        "tft-evaluate", "--model", export, "--src", tmp_path / "src.txt", "--ref", tmp_path / "ref.txt"
+    )
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    assert json.loads(scored.stdout.strip().splitlines()[-1])["bleu"] == 100.0  # its own output as the reference
+    drawn = run_command("tft-attention", "--model_dir", run, "--sentence", SOURCES[0], "--output", tmp_path / "figures")
+    assert drawn.returncode == 0 and list((tmp_path / "figures").rglob("*.png")), drawn.stderr[-3000:]
+
     corpus = tmp_path / "corpus"
     write_corpus(corpus, n=60)
     tuned = tmp_path / "tuned"
