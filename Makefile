@@ -44,16 +44,17 @@ format: $(STAMP)
 demo: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m tf_transformer.cli.demo
 
-# One pytest process per core (at most 4; TEST_WORKERS=0 runs in this process). A test file's tests share
-# one process, so its module fixtures are built once.
+# One pytest process per core (at most 4; TEST_WORKERS=0 runs in this process). The slow tests keep a
+# file's tests in one process (--dist loadfile), so module fixtures such as the multi-worker references
+# are built once.
 TEST_WORKERS ?= auto
-PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadfile
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses=4
 
 test: lint
 	$(PYTEST)
 
 test-slow: lint $(SERVING_STAMP) $(REFERENCE_STAMP)
-	$(PYTEST) -m slow
+	$(PYTEST) --dist loadfile -m slow
 
 clean:
 	rm -rf $(VENV) $(SERVING_VENV) build *.egg-info .pytest_cache
