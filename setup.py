@@ -31,6 +31,9 @@ EXTRAS_REQUIRE = {
         "ctranslate2==4.8.5",
         "tokenizers==0.23.3",
     ],
+    # Other runtimes and reference implementations: tft-export --format ctranslate2 (docs/ctranslate2.md) and
+    # the tests that check our models against them; never runtime dependencies.
+    "reference": ["torch==2.13.0", "transformers==5.23.0", "ctranslate2==4.8.5", "safetensors==0.8.0"],
 }
 
 setup(
