@@ -6,6 +6,7 @@ Needs the optional ``ctranslate2`` package (``pip install -e '.[reference]'``); 
 import dataclasses
 import importlib.util
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -15,7 +16,13 @@ import tensorflow as tf
 from configs import TransformerConfig, get_config
 from tests.commands import run_command
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
-from tf_transformer.inference.ctranslate2_export import check_supported, spec_converter, transformer_spec
+from tf_transformer.inference.ctranslate2_export import (
+    check_supported,
+    export_ctranslate2,
+    spec_converter,
+    transformer_spec,
+    vocabulary_tokens,
+)
 from tf_transformer.inference.decode_options import DecodeOptions
 from tf_transformer.inference.greedy import greedy_search
 from tf_transformer.model import build_transformer
@@ -91,6 +98,27 @@ def test_ctranslate2_gives_our_log_probabilities(variant, tmp_path):
 def test_models_ctranslate2_cannot_run_are_refused():
     with pytest.raises(ValueError, match="key_dim 4 and value_dim 8"):
         check_supported(build_transformer(get_config("tiny", key_dim=4, value_dim=8, vocab_size=16)))
+
+
+def test_vocabulary_names_every_embedding_row():
+    pieces = ["<pad>", "<unk>", "<s>", "</s>", "▁a", "▁b"]
+    assert vocabulary_tokens(pieces, 8) == pieces + ["<unused_6>", "<unused_7>"]  # rows no id reaches
+    assert vocabulary_tokens(pieces, 5) == pieces[:5]  # pieces past the id map: UNK, in CTranslate2 as in ours
+
+
+@needs_ctranslate2
+def test_a_target_sentencepiece_model_goes_with_the_export(tiny_run, tmp_path):
+    """A run whose targets have their own SentencePiece model (``sp.target.model``, an imported Marian model's):
+    both models are shipped, and the target vocabulary is the target model's pieces."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("data_cache", "logs"))
+    shutil.copyfile(run / "sp.model", run / "sp.target.model")
+    output = export_ctranslate2(str(run), str(tmp_path / "ct2"))
+    names = sorted(path.name for path in (tmp_path / "ct2").iterdir())
+    assert {"sp.model", "sp.target.model", "shared_vocabulary.json"} <= set(names)
+    vocabulary = json.loads((tmp_path / "ct2" / "shared_vocabulary.json").read_text(encoding="utf-8"))
+    processor = spm.SentencePieceProcessor(model_file=str(run / "sp.target.model"))
+    assert vocabulary[:5] == [processor.id_to_piece(i) for i in range(5)] and output == str(tmp_path / "ct2")
 
 
 def ctranslate2_export(run_dir, output, *flags):

@@ -7,7 +7,10 @@ CTranslate2's converter, optionally quantized, into a directory holding:
 - ``model.bin`` and ``config.json``: CTranslate2's model;
 - ``shared_vocabulary.json`` (or ``source_vocabulary.json`` and
   ``target_vocabulary.json``): the pieces by id, CTranslate2's vocabulary;
-- ``sp.model``: the run's SentencePiece model, to turn text into those pieces and back;
+- ``sp.model``: the run's SentencePiece model, to turn text into those pieces and back
+  (and ``sp.target.model`` when the run's targets have a model of their own, as an
+  imported Marian model's do: sources are then segmented with ``sp.model``, outputs
+  joined with ``sp.target.model``);
 - ``tf_transformer.json``: where the weights came from and the run's decoding settings.
 
 Mapped as trained: tied or separate embeddings and the pre-softmax projection, the
@@ -48,7 +51,6 @@ SINUSOID_ROWS = 1024
 INSTALL_HINT = "pip install -e '.[reference]'"
 
 EXPORT_INFO = "tf_transformer.json"
-SENTENCEPIECE_FILE = "sp.model"
 
 
 def import_ctranslate2():
@@ -88,17 +90,20 @@ def export_ctranslate2(
     if os.path.exists(output) and not overwrite:
         raise FileExistsError(f"{output} exists: export to a new directory (or pass --overwrite)")
     ctranslate2 = import_ctranslate2()
-    sentencepiece = vocabulary_path(model_dir)
-    if not os.path.exists(sentencepiece):
-        raise FileNotFoundError(f"{sentencepiece} not found: the run's SentencePiece model goes with the export")
+    source_model = vocabulary_path(model_dir)
+    if not os.path.exists(source_model):
+        raise FileNotFoundError(f"{source_model} not found: the run's SentencePiece model goes with the export")
+    target_model = target_model_beside(source_model)
+    target_model = target_model if os.path.exists(target_model) else None
     checkpoint = resolve_checkpoint(model_dir, checkpoint)
     model, config = restore_model(model_dir, checkpoint)
-    pieces = sentencepiece_pieces(sentencepiece)
     spec = transformer_spec(
         ctranslate2,
         model,
-        source_tokens=vocabulary_tokens(pieces, model.source_embedding.vocab_size, sentencepiece),
-        target_tokens=vocabulary_tokens(pieces, model.target_embedding.vocab_size, sentencepiece),
+        source_tokens=vocabulary_tokens(sentencepiece_pieces(source_model), model.source_embedding.vocab_size),
+        target_tokens=vocabulary_tokens(
+            sentencepiece_pieces(target_model or source_model), model.target_embedding.vocab_size
+        ),
     )
     info = {
         "model_dir": os.path.abspath(model_dir),
@@ -108,13 +113,14 @@ def export_ctranslate2(
     }
     staging = staging_directory(output)
     try:
-        target = os.path.join(staging, "model")
-        spec_converter(ctranslate2, spec).convert(target, quantization=quantization)
-        shutil.copyfile(sentencepiece, os.path.join(target, SENTENCEPIECE_FILE))
-        with open(os.path.join(target, EXPORT_INFO), "w", encoding="utf-8") as handle:
+        written = os.path.join(staging, "model")
+        spec_converter(ctranslate2, spec).convert(written, quantization=quantization)
+        for path in filter(None, (source_model, target_model)):
+            shutil.copyfile(path, os.path.join(written, os.path.basename(path)))
+        with open(os.path.join(written, EXPORT_INFO), "w", encoding="utf-8") as handle:
             json.dump(info, handle, indent=2, sort_keys=True)
             handle.write("\n")
-        replace_directory(target, output)  # an existing export stays whole until the new one is in place
+        replace_directory(written, output)  # an existing export stays whole until the new one is in place
     except OSError as error:  # a full disk, a quota: nothing of this export is left
         raise write_failed("CTranslate2 export", output, error, os.path.exists(output)) from None
     finally:
@@ -138,17 +144,24 @@ def sentencepiece_pieces(path: str) -> list[str]:
     return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
 
 
-def vocabulary_tokens(pieces: list[str], rows: int, path: str) -> list[str]:
-    """CTranslate2's vocabulary for an embedding of ``rows`` rows: ``pieces`` by id, then unused names.
+def target_model_beside(source_model: str) -> str:
+    """Where a run keeps its targets' own SentencePiece model, if it has one: ``sp.model`` → ``sp.target.model``
+    (the rule of ``pipelines.vocab``'s tokenizer, which finds it there)."""
+    root, extension = os.path.splitext(source_model)
+    return f"{root}.target{extension}"
+
+
+def vocabulary_tokens(pieces: list[str], rows: int) -> list[str]:
+    """CTranslate2's vocabulary for an embedding of ``rows`` rows: the first ``rows`` of ``pieces`` by id.
 
     An embedding may have more rows than the SentencePiece model has pieces
-    (``vocab_size`` asked more than the corpus gave); no id reaches those rows,
-    which get names no piece has. Fewer rows than pieces would leave ids without
-    an embedding: an error.
+    (``vocab_size`` asked more than the corpus gave): no id reaches those rows,
+    which get names no piece has. A model may have more pieces than the
+    embedding has rows (an imported vocabulary keeps pieces its id map lacks):
+    our tokenizer reads those as UNK, and CTranslate2 reads a token missing from
+    its vocabulary as UNK too.
     """
-    if rows < len(pieces):
-        raise ValueError(f"{path} has {len(pieces)} pieces, more than the model's {rows} embedding rows")
-    return pieces + [f"<unused_{i}>" for i in range(len(pieces), rows)]
+    return pieces[:rows] + [f"<unused_{i}>" for i in range(len(pieces), rows)]
 
 
 def transformer_spec(ctranslate2, model, source_tokens: list[str], target_tokens: list[str]):
