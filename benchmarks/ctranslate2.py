@@ -18,6 +18,8 @@ all alike. Two workloads:
   alike near L; docs/ctranslate2.md). ``ct2_float32_lp1`` is CTranslate2 at its default
   ``length_penalty`` 1, for BLEU. Its maximum output length is ours: source + EOS +
   the run's ``max_extra_length`` (for the batch's longest source).
+- **greedy** (``--greedy_check``, untimed): the share of the test set whose greedy
+  translation by CTranslate2 float32 has our greedy search's pieces.
 - **fixed length** (``--fixed_length`` > 0): the first ``--fixed_sentences`` sources,
   every output forced to exactly that many tokens (our export with ``--min_length`` =
   ``--max_output_length``, CTranslate2 with ``min_decoding_length`` =
@@ -50,6 +52,11 @@ flags.DEFINE_integer("rounds", 2, "Passes over the test set (BLEU is the first p
 flags.DEFINE_integer("threads", 2, "Threads of each system: TensorFlow's intra- and inter-op, CTranslate2's intra.")
 flags.DEFINE_integer("fixed_length", 40, "Output tokens of the fixed-length workload (0: leave it out).", lower_bound=0)
 flags.DEFINE_integer("fixed_sentences", 256, "Sentences of the fixed-length workload.", lower_bound=1)
+flags.DEFINE_bool(
+    "greedy_check",
+    True,
+    "Also count the test set's greedy translations CTranslate2 float32 and our greedy search make identical (untimed).",
+)
 flags.mark_flag_as_required("model_dir")
 
 
@@ -166,6 +173,12 @@ def main(argv):
         print(f"test set, {name}: {results['test_set'][name]}", flush=True)
     results["bleu_signature"] = scores["signature"]
 
+    if FLAGS.greedy_check:
+        results["greedy_identical"] = greedy_identical(
+            checkpoint, translators["float32"], sentencepiece, sources, config.max_extra_length
+        )
+        print(f"greedy: {results['greedy_identical']} of the test set identical", flush=True)
+
     if FLAGS.fixed_length:
         length = FLAGS.fixed_length
         fixed_model = timed_export(
@@ -206,6 +219,38 @@ def main(argv):
             }
         )
     )
+
+
+def greedy_identical(checkpoint, translator, sentencepiece, sentences, max_extra_length) -> float:
+    """The share of ``sentences`` whose greedy translation by ``translator`` (CTranslate2, beam 1) has our greedy
+    search's pieces, each with our maximum length (sentences batched by source length, so one limit fits all)."""
+    import tensorflow as tf
+
+    from tf_transformer.constants import EOS_ID, PAD_ID
+    from tf_transformer.inference.greedy import greedy_search
+    from tf_transformer.run_dir import restore_model
+
+    model, _ = restore_model(FLAGS.model_dir, checkpoint)
+    search = tf.function(lambda ids: greedy_search(model, ids, max_extra_length=max_extra_length))
+    by_length = {}
+    for pieces in sentencepiece.encode(sentences, out_type=str):
+        by_length.setdefault(len(pieces), []).append(pieces)
+    same = 0
+    for length, group in sorted(by_length.items()):
+        for start in range(0, len(group), FLAGS.batch):
+            batch = group[start : start + FLAGS.batch]
+            ids = [[sentencepiece.piece_to_id(piece) for piece in pieces] + [EOS_ID] for pieces in batch]
+            ours = search(tf.constant(ids, tf.int32)).numpy()
+            theirs = translator.translate_batch(
+                batch,
+                beam_size=1,
+                max_decoding_length=length + max_extra_length,
+                suppress_sequences=[["<pad>"], ["<s>"]],
+            )
+            for row, result in zip(ours, theirs, strict=True):
+                pieces = [sentencepiece.id_to_piece(int(i)) for i in row if i not in (PAD_ID, EOS_ID)]
+                same += pieces == result.hypotheses[0]
+    return round(same / len(sentences), 4)
 
 
 def tft_export(checkpoint: str, name: str, *flags) -> str:
