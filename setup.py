@@ -24,8 +24,9 @@ INSTALL_REQUIRES = [
 
 EXTRAS_REQUIRE = {
     "test": ["pytest>=8", "pytest-xdist==3.8.0", "ruff==0.17.6", "hypothesis==6.170.15"],
-    # Reference implementations the slow tests compare with (the import's golden files, the CTranslate2 export);
-    # `make test-slow` installs them, `make test` needs none of them.
+    # Other runtimes and reference implementations: tft-export --format ctranslate2 (docs/ctranslate2.md), and
+    # what the slow tests compare with (the import's golden files, the CTranslate2 export); `make test-slow`
+    # installs them, `make test` needs none of them.
     "reference": ["torch==2.13.0", "transformers==5.23.0", "ctranslate2==4.8.5"],
     # Peers for benchmarks/peers.py and the statistical aligner of benchmarks/alignment.py; never runtime
     # dependencies.

@@ -1,6 +1,7 @@
-"""``tft-export``: write a trained run as a TF Serving SavedModel.
+"""``tft-export``: write a trained run as a TF Serving SavedModel, or as a CTranslate2 model.
 
 tft-export --model_dir runs/m30k --output saved_models/multi30k_en_de/1
+tft-export --model_dir runs/m30k --output ct2_models/multi30k_en_de --format ctranslate2 --quantization int8
 """
 
 from __future__ import annotations
@@ -15,7 +16,24 @@ from tf_transformer.cli import run_main
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "Model directory written by tft-train.", required=True)
 flags.DEFINE_string(
-    "output", None, "Export directory, TF Serving layout: saved_models/<name>/<version>.", required=True
+    "output",
+    None,
+    "Export directory: saved_models/<name>/<version> (TF Serving's layout), or a CTranslate2 model directory.",
+    required=True,
+)
+flags.DEFINE_enum(
+    "format",
+    "saved_model",
+    ["saved_model", "ctranslate2"],
+    "saved_model: a SavedModel for TF Serving, strings in and out. ctranslate2: a model directory for "
+    "CTranslate2's translator, with the SentencePiece model (needs pip install -e '.[reference]'; "
+    "docs/ctranslate2.md).",
+)
+flags.DEFINE_enum(
+    "quantization",
+    None,
+    ["int8", "int8_float32", "int8_float16", "bfloat16", "float16"],
+    "--format ctranslate2 only: store the weights in this type (default: float32).",
 )
 flags.DEFINE_string(
     "checkpoint",
@@ -86,9 +104,39 @@ flags.DEFINE_bool(
 flags.DEFINE_bool("overwrite", False, "Replace an existing export directory.")
 
 
+# The flags of one format only: given with the other format, they are refused, not ignored.
+SAVED_MODEL_FLAGS = (
+    "beam_size",
+    "alpha",
+    "max_extra_length",
+    "min_length",
+    "max_output_length",
+    "dtype",
+    "batch_parts",
+    "max_source_length",
+    "truncate_source",
+    "ids_only",
+    "alignment_layer",
+    "alignment",
+    "request_signatures",
+)
+CTRANSLATE2_FLAGS = ("quantization",)
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    if FLAGS.format == "ctranslate2":
+        given = [f"--{name}" for name in SAVED_MODEL_FLAGS if FLAGS[name].present]
+        why = "CTranslate2 takes decoding settings per call, and --quantization for the weights (docs/ctranslate2.md)"
+    else:
+        given = [f"--{name}" for name in CTRANSLATE2_FLAGS if FLAGS[name].present]
+        why = "it is for --format ctranslate2"
+    if given:
+        raise app.UsageError(f"{', '.join(given)}: not with --format {FLAGS.format}; {why}")
+    if FLAGS.format == "ctranslate2":
+        main_ctranslate2()
+        return
     if FLAGS.alignment_layer is not None and (not FLAGS.alignment or FLAGS.ids_only):
         raise app.UsageError("--alignment_layer needs the alignment signature: not with --noalignment or --ids_only")
     from tf_transformer.files import ReadError, WriteError
@@ -127,6 +175,31 @@ def main(argv):
     except ReadError as error:  # the checkpoint list could not be read: nothing was written
         sys.exit(f"tft-export: {error}")
     print(json.dumps({"exported": path, "checkpoint": checkpoint}))
+
+
+def main_ctranslate2():
+    """``--format ctranslate2``: the run's weights as a CTranslate2 model directory."""
+    from tf_transformer.files import ReadError, WriteError
+    from tf_transformer.inference.ctranslate2_export import export_ctranslate2
+    from tf_transformer.run_dir import CheckpointError, resolve_checkpoint
+
+    try:
+        checkpoint = resolve_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
+        path = export_ctranslate2(
+            FLAGS.model_dir,
+            FLAGS.output,
+            checkpoint=checkpoint,
+            quantization=FLAGS.quantization,
+            overwrite=FLAGS.overwrite,
+        )
+    except (FileNotFoundError, FileExistsError, CheckpointError, WriteError, ValueError) as error:
+        raise app.UsageError(str(error)) from None
+    except (ImportError, ReadError) as error:  # ctranslate2 missing, or the checkpoint list unreadable
+        sys.exit(f"tft-export: {error}")
+    quantization = FLAGS.quantization or "float32"
+    print(
+        json.dumps({"exported": path, "checkpoint": checkpoint, "format": "ctranslate2", "quantization": quantization})
+    )
 
 
 def run():

@@ -1,0 +1,290 @@
+"""Our SavedModel export against CTranslate2 (float32 and int8) on the same converted model (a benchmark).
+
+    python -m benchmarks.ctranslate2 --model_dir RUN --work /tmp/ct2_bench
+
+One checkpoint of RUN (default: its newest) is exported three ways: ``tft-export``
+(a SavedModel; its ``serving_default`` is timed), and ``tft-export --format
+ctranslate2`` with float32 and with int8 weights. Each system takes strings and
+returns strings (CTranslate2 through the python ``sentencepiece`` package with the
+export's ``sp.model``), on ``--threads`` threads, one batch at a time, the systems
+interleaved batch by batch with the order rotating, so a shared machine's drift hits
+all alike. Two workloads:
+
+- **test set**: ``--src`` in batches of ``--batch``, beam ``--beam_size``, our α; each
+  system's sentences per second and sacreBLEU against ``--ref``. CTranslate2 divides
+  a hypothesis's log-probability by ``length ** length_penalty`` where we divide by
+  GNMT's ``((5 + length) / 6) ** α``; it gets ``length_penalty = α · L / (L + 5)``,
+  with L the references' mean length in pieces with EOS (the two penalties then grow
+  alike near L; docs/ctranslate2.md). ``ct2_float32_lp1`` is CTranslate2 at its default
+  ``length_penalty`` 1, for BLEU. Its maximum output length is ours: source + EOS +
+  the run's ``max_extra_length`` (for the batch's longest source).
+- **greedy** (``--greedy_check``, untimed): the share of the test set whose greedy
+  translation by CTranslate2 float32 has our greedy search's pieces.
+- **fixed length** (``--fixed_length`` > 0): the first ``--fixed_sentences`` sources,
+  every output forced to exactly that many tokens (our export with ``--min_length`` =
+  ``--max_output_length``, CTranslate2 with ``min_decoding_length`` =
+  ``max_decoding_length``): equal work whatever the model has learned.
+
+The corpora are ``../shared/data`` (multi30k/test_2016_flickr); without them it says so and
+stops. Exports go under ``--work``; the run directory is only read. The last line is one
+JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("model_dir", None, "Run directory (tft-train output); only read.")
+flags.DEFINE_string("checkpoint", None, "Checkpoint prefix (default: the run's newest checkpoint).")
+flags.DEFINE_string("work", "/tmp/ctranslate2_bench", "Where the three exports are written (replaced).")
+flags.DEFINE_string("src", "../shared/data/multi30k/test_2016_flickr.en", "Source sentences, one per line.")
+flags.DEFINE_string("ref", "../shared/data/multi30k/test_2016_flickr.de", "Their references.")
+flags.DEFINE_integer("batch", 32, "Sentences per batch.", lower_bound=1)
+flags.DEFINE_integer("beam_size", 4, "Beam size of every system.", lower_bound=1)
+flags.DEFINE_integer("rounds", 2, "Passes over the test set (BLEU is the first pass's; they are equal).", lower_bound=1)
+flags.DEFINE_integer("threads", 2, "Threads of each system: TensorFlow's intra- and inter-op, CTranslate2's intra.")
+flags.DEFINE_integer("fixed_length", 40, "Output tokens of the fixed-length workload (0: leave it out).", lower_bound=0)
+flags.DEFINE_integer("fixed_sentences", 256, "Sentences of the fixed-length workload.", lower_bound=1)
+flags.DEFINE_bool(
+    "greedy_check",
+    True,
+    "Also count the test set's greedy translations CTranslate2 float32 and our greedy search make identical (untimed).",
+)
+flags.mark_flag_as_required("model_dir")
+
+
+def main(argv):
+    del argv
+    missing = [path for path in (FLAGS.src, FLAGS.ref) if not os.path.exists(path)]
+    if missing:
+        print(f"benchmarks.ctranslate2: {', '.join(missing)} not found (the corpora live in ../shared/data): skipped")
+        print(json.dumps({"benchmark": "ctranslate2", "skipped": f"{', '.join(missing)} not found"}))
+        return
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
+    import sentencepiece as spm
+    import tensorflow_text  # noqa: F401  registers the SentencePiece ops of the SavedModel
+
+    from benchmarks.common import machine
+    from tf_transformer.evaluation import read_test_set, score
+    from tf_transformer.inference.ctranslate2_export import export_ctranslate2, import_ctranslate2
+    from tf_transformer.run_dir import checkpoint_dir, checkpoints, load_run
+
+    ctranslate2 = import_ctranslate2()
+    config, _ = load_run(FLAGS.model_dir)
+    checkpoint = FLAGS.checkpoint or checkpoints(checkpoint_dir(FLAGS.model_dir))[-1]
+    sources, references = read_test_set(FLAGS.src, FLAGS.ref)
+    alpha = config.alpha
+
+    export_seconds = {}
+
+    def timed_export(name, export):
+        start = time.perf_counter()
+        path = export()
+        export_seconds[name] = round(time.perf_counter() - start, 1)
+        print(f"exported {name} in {export_seconds[name]} s: {path}", flush=True)
+        return path
+
+    saved_model = timed_export("saved_model", lambda: tft_export(checkpoint, "saved_model/1"))
+    ct2 = {
+        weights: timed_export(
+            f"ct2_{weights}",
+            lambda weights=weights: export_ctranslate2(
+                FLAGS.model_dir,
+                os.path.join(FLAGS.work, f"ct2_{weights}"),
+                checkpoint=checkpoint,
+                quantization=None if weights == "float32" else weights,
+                overwrite=True,
+            ),
+        )
+        for weights in ("float32", "int8")
+    }
+    sentencepiece = spm.SentencePieceProcessor(model_file=os.path.join(ct2["float32"], "sp.model"))
+    mean_length = sum(len(sentencepiece.encode(line)) + 1 for line in references) / len(references)
+    length_penalty = round(alpha * mean_length / (mean_length + 5), 3)
+    translators = {
+        weights: ctranslate2.Translator(
+            path, device="cpu", compute_type=weights, intra_threads=FLAGS.threads, inter_threads=1
+        )
+        for weights, path in ct2.items()
+    }
+
+    def ours(export_dir):
+        translate = tf.saved_model.load(export_dir).signatures["serving_default"]
+        return lambda batch: [t.decode() for t in translate(inputs=tf.constant(batch))["translations"].numpy()]
+
+    def ct2_call(weights, **options):
+        def call(batch):
+            pieces = sentencepiece.encode(batch, out_type=str)
+            settings = dict(options)
+            if "max_decoding_length" not in settings:
+                # Ours: at most source + EOS + max_extra_length tokens, the last forced to EOS. CTranslate2 stops
+                # after max_decoding_length tokens, EOS or not: one fewer, for the batch's longest source.
+                settings["max_decoding_length"] = max(map(len, pieces)) + config.max_extra_length
+            results = translators[weights].translate_batch(
+                pieces,
+                beam_size=FLAGS.beam_size,
+                suppress_sequences=[["<pad>"], ["<s>"]],  # the tokens our search never chooses
+                **settings,
+            )
+            return [sentencepiece.decode(result.hypotheses[0]) for result in results]
+
+        return call
+
+    systems = {
+        "ours_saved_model": ours(saved_model),
+        "ct2_float32": ct2_call("float32", length_penalty=length_penalty),
+        "ct2_int8": ct2_call("int8", length_penalty=length_penalty),
+        "ct2_float32_lp1": ct2_call("float32", length_penalty=1.0),
+    }
+    test_set = interleaved(systems, sources, FLAGS.rounds)
+    results = {
+        "settings": {
+            "beam_size": FLAGS.beam_size,
+            "alpha": alpha,
+            "ct2_length_penalty": length_penalty,
+            "reference_mean_length": round(mean_length, 2),
+            "max_extra_length": config.max_extra_length,
+            "batch": FLAGS.batch,
+            "rounds": FLAGS.rounds,
+            "threads": FLAGS.threads,
+        },
+        "test_set": {},
+    }
+    for name, (per_second, outputs) in test_set.items():
+        scores = score(outputs, references)
+        results["test_set"][name] = {
+            "sentences_per_second": per_second,
+            "bleu": scores["bleu"],
+            "chrf": scores["chrf"],
+            "identical_to_ours": round(
+                sum(a == b for a, b in zip(outputs, test_set["ours_saved_model"][1], strict=True)) / len(outputs), 3
+            ),
+        }
+        print(f"test set, {name}: {results['test_set'][name]}", flush=True)
+    results["bleu_signature"] = scores["signature"]
+
+    if FLAGS.greedy_check:
+        results["greedy_identical"] = greedy_identical(
+            checkpoint, translators["float32"], sentencepiece, sources, config.max_extra_length
+        )
+        print(f"greedy: {results['greedy_identical']} of the test set identical", flush=True)
+
+    if FLAGS.fixed_length:
+        length = FLAGS.fixed_length
+        fixed_model = timed_export(
+            "saved_model_fixed",
+            lambda: tft_export(
+                checkpoint, "saved_model_fixed/1", "--min_length", length, "--max_output_length", length
+            ),
+        )
+        fixed = {
+            "ours_saved_model": ours(fixed_model),
+            "ct2_float32": ct2_call("float32", min_decoding_length=length, max_decoding_length=length),
+            "ct2_int8": ct2_call("int8", min_decoding_length=length, max_decoding_length=length),
+        }
+        timings = interleaved(fixed, sources[: FLAGS.fixed_sentences], FLAGS.rounds)
+        results["fixed_length"] = {
+            "tokens": length,
+            "sentences": min(FLAGS.fixed_sentences, len(sources)),
+            "sentences_per_second": {name: per_second for name, (per_second, _) in timings.items()},
+        }
+        print(f"fixed length: {results['fixed_length']}", flush=True)
+
+    results["export_seconds"] = export_seconds
+    results["model_bin_megabytes"] = {
+        weights: round(os.path.getsize(os.path.join(path, "model.bin")) / 2**20, 1) for weights, path in ct2.items()
+    }
+    print(
+        json.dumps(
+            {
+                "benchmark": "ctranslate2",
+                "model_dir": FLAGS.model_dir,
+                "checkpoint": checkpoint,
+                "src": FLAGS.src,
+                "sentences": len(sources),
+                **results,
+                "machine": machine(),
+                "tensorflow": tf.__version__,
+                "ctranslate2": ctranslate2.__version__,
+            }
+        )
+    )
+
+
+def greedy_identical(checkpoint, translator, sentencepiece, sentences, max_extra_length) -> float:
+    """The share of ``sentences`` whose greedy translation by ``translator`` (CTranslate2, beam 1) has our greedy
+    search's pieces, each with our maximum length (sentences batched by source length, so one limit fits all)."""
+    import tensorflow as tf
+
+    from tf_transformer.constants import EOS_ID, PAD_ID
+    from tf_transformer.inference.greedy import greedy_search
+    from tf_transformer.run_dir import restore_model
+
+    model, _ = restore_model(FLAGS.model_dir, checkpoint)
+    search = tf.function(lambda ids: greedy_search(model, ids, max_extra_length=max_extra_length))
+    by_length = {}
+    for pieces in sentencepiece.encode(sentences, out_type=str):
+        by_length.setdefault(len(pieces), []).append(pieces)
+    same = 0
+    for length, group in sorted(by_length.items()):
+        for start in range(0, len(group), FLAGS.batch):
+            batch = group[start : start + FLAGS.batch]
+            ids = [[sentencepiece.piece_to_id(piece) for piece in pieces] + [EOS_ID] for pieces in batch]
+            ours = search(tf.constant(ids, tf.int32)).numpy()
+            theirs = translator.translate_batch(
+                batch,
+                beam_size=1,
+                max_decoding_length=length + max_extra_length,
+                suppress_sequences=[["<pad>"], ["<s>"]],
+            )
+            for row, result in zip(ours, theirs, strict=True):
+                pieces = [sentencepiece.id_to_piece(int(i)) for i in row if i not in (PAD_ID, EOS_ID)]
+                same += pieces == result.hypotheses[0]
+    return round(same / len(sentences), 4)
+
+
+def tft_export(checkpoint: str, name: str, *flags) -> str:
+    """``tft-export`` of the run's ``checkpoint`` to ``--work/name`` (the translation signature only)."""
+    output = os.path.join(FLAGS.work, name)
+    command = [os.path.join(os.path.dirname(sys.executable), "tft-export"), "--model_dir", FLAGS.model_dir]
+    command += ["--output", output, "--checkpoint", checkpoint, "--overwrite", "--noalignment"]
+    command += ["--norequest_signatures", *(str(flag) for flag in flags)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode:
+        sys.exit(f"tft-export failed:\n{result.stderr[-3000:]}")
+    return output
+
+
+def interleaved(systems: dict, sentences: list[str], rounds: int) -> dict:
+    """Each system's ``(sentences per second, outputs of the first round)`` over ``sentences`` in ``--batch``
+    batches, ``rounds`` times, the systems taking turns batch by batch (the order rotating); one warm-up batch."""
+    from benchmarks.common import rotated
+
+    batches = [sentences[start : start + FLAGS.batch] for start in range(0, len(sentences), FLAGS.batch)]
+    for call in systems.values():
+        call(batches[0])
+    seconds = dict.fromkeys(systems, 0.0)
+    outputs = {name: [] for name in systems}
+    for round_index in range(rounds):
+        for i, batch in enumerate(batches):
+            for name in rotated(list(systems), i + round_index):
+                start = time.perf_counter()
+                translated = systems[name](batch)
+                seconds[name] += time.perf_counter() - start
+                if round_index == 0:
+                    outputs[name].extend(translated)
+    return {name: (round(len(sentences) * rounds / seconds[name], 2), outputs[name]) for name in systems}
+
+
+if __name__ == "__main__":
+    app.run(main)
