@@ -141,3 +141,24 @@ def model_task(model: str | None, model_dir: str | None):
         info = read_export_info(model)
         return get_task(info.task, info.linearization)
     return task_of_run(model_dir)
+
+
+def read_test_set(task, model: str | None, src: str | None, targets: str, targets_flag: str):
+    """``(sources, references)`` of a test set for ``tft-evaluate`` and ``tft-score``: read and checked by
+    ``task`` (each file exists, is UTF-8, the two are line-aligned; a parser's sources default to its trees'
+    words) and, for an export ``model``, every source within its maximum length. Any problem is a
+    ``UsageError`` naming the file and line. ``targets_flag`` names the targets' flag (``--ref``, ``--tgt``)."""
+    from absl import app
+
+    from pipelines import DataError
+    from tf_transformer.inference.batch_translation import checked_sources
+
+    try:
+        if src is None and task.name != "parsing":
+            raise app.UsageError(f"--src is required: the source sentences, line-aligned with {targets_flag}")
+        sources, references = task.read_test_set(src, targets)  # exists, UTF-8, aligned
+        if model:  # every line within the export's maximum source length, or the line named
+            sources = list(checked_sources(sources, model, src or targets))
+    except DataError as error:
+        raise app.UsageError(str(error)) from None
+    return sources, references

@@ -51,9 +51,8 @@ def main(argv):
     if FLAGS.model and FLAGS.checkpoint:
         raise app.UsageError("--checkpoint needs --model_dir: an export holds the weights of one checkpoint")
     check_model_flags(FLAGS.model, FLAGS.model_dir)
-    from pipelines import DataError
-    from tf_transformer.cli import model_task
-    from tf_transformer.inference.batch_translation import checked_sources, translate_lines, translate_with_checkpoint
+    from tf_transformer.cli import model_task, read_test_set
+    from tf_transformer.inference.batch_translation import translate_lines, translate_with_checkpoint
 
     task = model_task(FLAGS.model, FLAGS.model_dir)
     metric_options = {"lowercase": FLAGS.lowercase, "tokenize": FLAGS.tokenize or "13a"}
@@ -61,14 +60,7 @@ def main(argv):
         if FLAGS.lowercase or FLAGS.tokenize:
             raise app.UsageError(f"--lowercase and --tokenize are sacreBLEU's: this model's task is {task.name}")
         metric_options = {}
-    try:
-        if FLAGS.src is None and task.name != "parsing":
-            raise app.UsageError("--src is required: the source sentences, line-aligned with --ref")
-        sources, references = task.read_test_set(FLAGS.src, FLAGS.ref)  # exists, UTF-8, aligned
-        if FLAGS.model:  # every line within the export's maximum source length, or the line named
-            sources = list(checked_sources(sources, FLAGS.model, FLAGS.src or FLAGS.ref))
-    except DataError as error:
-        raise app.UsageError(str(error)) from None
+    sources, references = read_test_set(task, FLAGS.model, FLAGS.src, FLAGS.ref, "--ref")
 
     def progress(done, total):
         print(f"\rtranslated {done}/{total}", end="", file=sys.stderr, flush=True)

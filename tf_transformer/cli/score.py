@@ -45,20 +45,11 @@ def main(argv):
     if FLAGS.alpha is not None and FLAGS.alpha < 0:
         raise app.UsageError(f"--alpha must not be negative, got {FLAGS.alpha}")
     check_model_flags(FLAGS.model, FLAGS.model_dir)
-    from pipelines import DataError
-    from tf_transformer.cli import model_task
+    from tf_transformer.cli import model_task, read_test_set
     from tf_transformer.inference import batch_scoring
-    from tf_transformer.inference.batch_translation import checked_sources
 
     task = model_task(FLAGS.model, FLAGS.model_dir)
-    try:
-        if FLAGS.src is None and task.name != "parsing":
-            raise app.UsageError("--src is required: the source sentences, line-aligned with --tgt")
-        sources, references = task.read_test_set(FLAGS.src, FLAGS.tgt)  # exists, UTF-8, aligned
-        if FLAGS.model:  # every line within the export's maximum source length, or the line named
-            sources = list(checked_sources(sources, FLAGS.model, FLAGS.src or FLAGS.tgt))
-    except DataError as error:
-        raise app.UsageError(str(error)) from None
+    sources, references = read_test_set(task, FLAGS.model, FLAGS.src, FLAGS.tgt, "--tgt")
     pairs = [(source, task.target_text(reference)) for source, reference in zip(sources, references, strict=True)]
     try:
         if FLAGS.model:
