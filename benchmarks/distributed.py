@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ import numpy as np
 from absl import app, flags
 
 from benchmarks.common import machine
+from tf_transformer.training.cluster import local_cluster
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data", "../shared/data/multi30k", "Corpus directory holding {split}.{src} and {split}.{tgt}.")
@@ -42,16 +42,6 @@ flags.DEFINE_integer("steps", 30, "Steps measured.")
 
 BIN = pathlib.Path(sys.executable).parent
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def _run(layout: str, model_dir: str, steps: int) -> dict:
@@ -70,8 +60,7 @@ def _run(layout: str, model_dir: str, steps: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(ROOT))
     if layout == "workers_2":
-        ports = _free_ports(2)
-        cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+        cluster = local_cluster(2)
         workers = []
         for index in range(2):
             task = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})

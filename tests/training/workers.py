@@ -3,26 +3,16 @@
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 
 from tests.corpora import write_corpus
 from tf_transformer.run_dir import restore_model
+from tf_transformer.training.cluster import local_cluster
 
 BIN = pathlib.Path(sys.executable).parent
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STEPS = 30
-
-
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def flags(corpus, model_dir, *extra):
@@ -49,10 +39,9 @@ def environment():
     return env
 
 
-def start_workers(count, argv_of, ports=None):
+def start_workers(count, argv_of):
     """``count`` worker processes; ``argv_of(index)`` gives each one's command."""
-    ports = ports or free_ports(count)
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    cluster = local_cluster(count)
     workers = []
     for index in range(count):
         task = {"cluster": cluster, "task": {"type": "worker", "index": index}}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import socket
 import time
 
 import numpy as np
@@ -129,6 +130,20 @@ class Cluster:
                 f"{self.name}: {refused} other worker(s) were started with options other than the chief's and "
                 "stopped (their errors name the options); run the same tft-train command on every worker"
             )
+
+
+def local_cluster(count: int) -> dict:
+    """A ``TF_CONFIG`` cluster of ``count`` workers on this machine (127.0.0.1, ports free now): several
+    machines simulated by worker processes, as the multi-worker tests and benchmarks run them."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        ports = [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+    return {"worker": [f"127.0.0.1:{port}" for port in ports]}
 
 
 def wait_for_chief(model_dir: str, token: int, seconds: float, name: str) -> None:
