@@ -9,6 +9,7 @@ model takes strings. Special ids are fixed: padding 0, UNK 1, BOS 2, EOS 3.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import random
@@ -223,9 +224,13 @@ class Tokenizer(tf.Module):
         proto = self.target_proto if target and self.target_proto else self.model_proto
         return spm.SentencePieceProcessor(model_proto=proto)
 
+    @functools.cached_property
+    def _source_processor(self) -> spm.SentencePieceProcessor:
+        return self.python_processor()
+
     def encode(self, text: str) -> list[int]:
         """One source ``text`` tokenized in Python, as :meth:`tokenize` does in the graph (no EOS)."""
-        return [i if i < self.vocab_size else UNK_ID for i in self.python_processor().encode(text)]
+        return [i if i < self.vocab_size else UNK_ID for i in self._source_processor.encode(text)]
 
     def _known(self, ids):
         """``ids`` with those past :attr:`vocab_size` (pieces the id map lacks) replaced by UNK."""
