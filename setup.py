@@ -18,8 +18,9 @@ INSTALL_REQUIRES = [
     "matplotlib==3.11.2",
     # Constituency parsing (section 6.3): Penn Treebank trees and Penn Treebank tokenization.
     "nltk==3.10.4",
-    # tft-import: the weights of OPUS-MT models (model.safetensors).
+    # tft-import: the weights of OPUS-MT models (model.safetensors), and Marian's own layout (YAML files).
     "safetensors==0.8.0",
+    "pyyaml==6.0.4",
 ]
 
 EXTRAS_REQUIRE = {

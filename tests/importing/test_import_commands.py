@@ -13,6 +13,7 @@ from tests.importing.test_marian import FIXTURE
 from tests.serving.client import Server
 
 SOURCES = ["alpha beta gamma", "haus baum katze hund delta", "omega", "sigma zeta theta kappa lambda epsilon"]
+TARGETS = ["Alpha beta.", "Haus baum katze.", "Omega omega omega omega.", "Sigma."]
 
 
 @pytest.mark.slow
@@ -90,3 +91,57 @@ def test_the_committed_reference_is_what_transformers_computes(tmp_path):
     assert weights.keys() == committed.keys()
     for name in weights:
         np.testing.assert_array_equal(weights[name], committed[name], err_msg=name)
+
+
+@pytest.mark.slow
+def test_marian_s_layout_translates_as_ctranslate2_s_own_marian_converter(tmp_path):
+    """An OPUS-MT release as Marian writes it, imported with ``tft-import``, gives CTranslate2's greedy output
+    from the same files (its converter reads Marian's names itself; it builds Hugging Face's position table,
+    hence ``--position_timescales paper``)."""
+    ctranslate2 = pytest.importorskip("ctranslate2", reason="needs ctranslate2: pip install -e '.[reference]'")
+    import sentencepiece as spm
+    import tensorflow as tf
+
+    from tests.importing.marian_layout import MODEL_FILE, VOCAB_FILE, write_marian_directory
+    from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
+    from tf_transformer.inference.greedy import greedy_search
+    from tf_transformer.run_dir import restore_model
+    from tf_transformer.tasks import run_tokenizer
+
+    source = write_marian_directory(tmp_path / "opus-mt-release")
+    run = tmp_path / "run"
+    done = run_command("tft-import", "--source", source, "--model_dir", run, "--position_timescales", "paper")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((run / "config.json").read_text())["imported"]["format"] == "marian"
+
+    converter = ctranslate2.converters.MarianConverter(str(source / MODEL_FILE), [str(source / VOCAB_FILE)] * 2)
+    translator = ctranslate2.Translator(converter.convert(str(tmp_path / "ct2")), device="cpu")
+    segmenter = spm.SentencePieceProcessor(model_file=str(source / "source.spm"))
+    limit = 12  # the random model repeats a piece on some sentences: both stop there
+    batch = [segmenter.encode(s, out_type=str) for s in SOURCES]
+    results = translator.translate_batch(batch, beam_size=1, max_decoding_length=limit)
+    theirs = [result.hypotheses[0] for result in results]
+
+    model, _ = restore_model(str(run))
+    tokenizer = run_tokenizer(str(run))
+    tokens = tokenizer.tokenize(tf.constant(SOURCES))
+    inputs = tf.concat([tokens, tf.fill([tokens.nrows(), 1], EOS_ID)], axis=1).to_tensor()  # Marian's source EOS
+    ids = greedy_search(model, inputs, max_output_length=limit + 1, min_length=0).numpy()  # ours counts EOS
+    pieces = tokenizer.python_processor()
+    ours = [[pieces.id_to_piece(int(i)) for i in row if i not in (EOS_ID, PAD_ID)] for row in ids]
+    assert ours == theirs
+
+    # Every logit, not only the argmax: teacher-forced log-probabilities of real target sentences.
+    targets = [
+        spm.SentencePieceProcessor(model_file=str(source / "target.spm")).encode(t, out_type=str) for t in TARGETS
+    ]
+    scored = translator.score_batch(batch, targets)
+    target_ids = [[pieces.piece_to_id(p) for p in row] for row in targets]
+    length = max(map(len, target_ids)) + 1
+    decoder_inputs = [[BOS_ID, *row] + [PAD_ID] * (length - len(row) - 1) for row in target_ids]
+    logits = model({"inputs": inputs, "targets": tf.constant(decoder_inputs)}, training=False)
+    log_probs = tf.nn.log_softmax(logits, axis=-1).numpy()  # [batch, length, vocab]
+    for row, (ids_, result) in enumerate(zip(target_ids, scored, strict=True)):
+        expected = [log_probs[row, step, token] for step, token in enumerate([*ids_, EOS_ID])]
+        np.testing.assert_allclose(result.log_probs, expected, atol=1e-4, err_msg=TARGETS[row])
+    assert sum(map(len, ours)) > len(ours)  # outputs of several pieces, not only EOS

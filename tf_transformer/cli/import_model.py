@@ -1,10 +1,12 @@
-"""``tft-import``: make a model trained elsewhere a run directory (an OPUS-MT model in Hugging Face's layout).
+"""``tft-import``: make a model trained elsewhere a run directory (an OPUS-MT model in either layout).
 
 tft-import --source opus-mt-en-de --model_dir runs/opus_en_de
 
 The run directory works with tft-export, tft-translate, tft-evaluate, tft-score, tft-attention and
 tft-train --init_from (fine-tuning) as one of ours. Nothing comes from the network: --source is a local
-directory (config.json, model.safetensors or pytorch_model.bin, source.spm, target.spm, vocab.json).
+directory in Hugging Face's layout (config.json, model.safetensors or pytorch_model.bin, source.spm,
+target.spm, vocab.json) or Marian's (decoder.yml, the model .npz, its .vocab.yml, source.spm, target.spm;
+docs/importing.md).
 """
 
 from __future__ import annotations
@@ -16,7 +18,11 @@ from absl import app, flags
 from tf_transformer.cli import run_main
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("source", None, "The model directory to import (Hugging Face's layout of an OPUS-MT model).")
+flags.DEFINE_string(
+    "source",
+    None,
+    "The OPUS-MT model directory to import: Hugging Face's layout (config.json) or Marian's (decoder.yml).",
+)
 flags.DEFINE_string("model_dir", None, "The run directory to write (a new one).", required=True)
 flags.DEFINE_enum(
     "position_timescales",

@@ -16,15 +16,30 @@ import shutil
 import tensorflow as tf
 
 from tf_transformer.files import replace_directory, save_json, staging_directory, write_bytes, write_failed
-from tf_transformer.importing import marian
+from tf_transformer.importing import marian, marian_npz
 from tf_transformer.model import build_transformer
 from tf_transformer.run_dir import CONFIG_FILE, VOCABULARY_FILE, checkpoint_dir
+
+
+def read_opus_mt(source: str) -> marian.MarianCheckpoint:
+    """The OPUS-MT model in the directory ``source``: Hugging Face's layout (``config.json``) or Marian's
+    (``decoder.yml``, a model ``.npz``)."""
+    if not os.path.isdir(source):
+        raise marian.ModelImportError(f"{source} is not a directory: --source is a model's directory")
+    if os.path.exists(os.path.join(source, "config.json")):
+        return marian.read_checkpoint(source)
+    if marian_npz.is_marian_directory(source):
+        return marian_npz.read_marian_checkpoint(source)
+    raise marian.ModelImportError(
+        f"{source} holds neither Hugging Face's layout of an OPUS-MT model (config.json, model.safetensors) "
+        "nor Marian's (decoder.yml, a model .npz)"
+    )
 
 
 def import_opus_mt(
     source: str, model_dir: str, position_timescales: str = "tensor2tensor", overwrite: bool = False
 ) -> str:
-    """Imports the OPUS-MT model directory ``source`` (Hugging Face's layout) as the run ``model_dir``.
+    """Imports the OPUS-MT model directory ``source`` (:func:`read_opus_mt`) as the run ``model_dir``.
 
     ``position_timescales``: see :mod:`tf_transformer.importing.marian` (Marian's, the default, or
     ``"paper"`` for Hugging Face's port). An existing ``model_dir`` is refused unless ``overwrite``.
@@ -32,7 +47,7 @@ def import_opus_mt(
     """
     if os.path.exists(model_dir) and not overwrite:
         raise FileExistsError(f"{model_dir} exists: choose a new directory, or pass --overwrite to replace it")
-    checkpoint = marian.read_checkpoint(source)
+    checkpoint = read_opus_mt(source)
     config = marian.transformer_config(checkpoint, position_timescales)
     source_model, target_model = marian.vocabulary_models(checkpoint)
     model = build_transformer(config, dtype="float32")
@@ -42,7 +57,7 @@ def import_opus_mt(
         write_bytes(os.path.join(staging, VOCABULARY_FILE), source_model)
         write_bytes(os.path.join(staging, "sp.target.model"), target_model)
         run = {"data": None, "task": "translation", "src": None, "tgt": None}
-        imported = {"from": os.path.abspath(source), "format": "huggingface-marian"}
+        imported = {"from": os.path.abspath(source), "format": checkpoint.format}
         save_json(os.path.join(staging, CONFIG_FILE), {"model": config.to_dict(), "run": run, "imported": imported})
         manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), checkpoint_dir(staging), max_to_keep=1)
         manager.save(checkpoint_number=0)

@@ -30,11 +30,16 @@ import os
 import numpy as np
 
 from configs import TransformerConfig
+from tf_transformer.constants import BOS_ID, PAD_ID
 from tf_transformer.importing.vocabulary import IdMap, VocabularyError, id_map, read_vocab_json, renumbered_model
 
 # Hugging Face's activation names → ours (configs.transformer.ACTIVATIONS).
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "gelu": "gelu", "relu": "relu"}
 LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's, which Hugging Face's Marian layers use
+# Padding and BOS are no entries of Marian's softmax (the port's padding row is an artefact of the port): their
+# logits get this bias, so that their probability vanishes (e^-100 < 1e-43) and every log-probability is Marian's,
+# while the logits stay finite for label smoothing's mean over the vocabulary and in float16.
+ABSENT_LOGIT_BIAS = -100.0
 
 
 class ModelImportError(ValueError):
@@ -51,6 +56,14 @@ class MarianCheckpoint:
     source_spm: bytes
     target_spm: bytes
     ids: IdMap
+    config_file: str = ""  # where ``config`` was read (errors name it); config.json if empty
+    weights_file: str = ""  # where ``weights`` were read; model.safetensors if empty
+    layer_norm_epsilon: float = LAYER_NORM_EPSILON
+    format: str = "huggingface-marian"
+
+    def __post_init__(self):
+        self.config_file = self.config_file or os.path.join(self.directory, "config.json")
+        self.weights_file = self.weights_file or os.path.join(self.directory, "model.safetensors")
 
 
 def _read_json(path: str) -> dict:
@@ -63,7 +76,7 @@ def _read_json(path: str) -> dict:
         raise ModelImportError(f"{path}: cannot read it as JSON ({error})") from None
 
 
-def _read_bytes(path: str) -> bytes:
+def read_bytes(path: str) -> bytes:
     try:
         with open(path, "rb") as handle:
             return handle.read()
@@ -113,19 +126,23 @@ def read_checkpoint(directory: str) -> MarianCheckpoint:
         raise ModelImportError(f"{os.path.join(directory, 'config.json')}: no {error.args[0]}") from None
     except VocabularyError as error:
         raise ModelImportError(str(error)) from None
+    weights_file = os.path.join(directory, "model.safetensors")
+    if not os.path.exists(weights_file):
+        weights_file = os.path.join(directory, "pytorch_model.bin")
     return MarianCheckpoint(
         directory=directory,
         config=config,
         weights=read_weights(directory),
-        source_spm=_read_bytes(os.path.join(directory, "source.spm")),
-        target_spm=_read_bytes(os.path.join(directory, "target.spm")),
+        weights_file=weights_file,
+        source_spm=read_bytes(os.path.join(directory, "source.spm")),
+        target_spm=read_bytes(os.path.join(directory, "target.spm")),
         ids=ids,
     )
 
 
 def transformer_config(checkpoint: MarianCheckpoint, position_timescales: str = "tensor2tensor") -> TransformerConfig:
     """Our config of the checkpoint's model; refuses (:class:`ModelImportError`) what it cannot represent."""
-    config, path = checkpoint.config, os.path.join(checkpoint.directory, "config.json")
+    config, path = checkpoint.config, checkpoint.config_file
 
     def refuse(why):
         raise ModelImportError(f"{path}: {why}; the import supports Marian's post-LN Transformer with sinusoids")
@@ -167,7 +184,7 @@ def transformer_config(checkpoint: MarianCheckpoint, position_timescales: str = 
             relu_dropout=config.get("activation_dropout", 0.0),
             max_positions=config.get("max_position_embeddings", 512),
             max_train_length=config.get("max_position_embeddings", 512),
-            layer_norm_epsilon=LAYER_NORM_EPSILON,
+            layer_norm_epsilon=checkpoint.layer_norm_epsilon,
             attention_bias=True,
             vocab_size=checkpoint.ids.size,
             activation=ACTIVATIONS[activation],
@@ -192,7 +209,7 @@ def our_weights(checkpoint: MarianCheckpoint, config: TransformerConfig) -> dict
     """Our weight paths (``transformer_marian/…``, as :func:`tf_transformer.model.build_transformer` names
     them) → arrays, from the checkpoint's state dict."""
     weights, prefix = checkpoint.weights, _prefix(checkpoint.weights)
-    where = os.path.join(checkpoint.directory, "model.safetensors")
+    where = checkpoint.weights_file
 
     def get(name, shape=None):
         if name not in weights:
@@ -216,7 +233,9 @@ def our_weights(checkpoint: MarianCheckpoint, config: TransformerConfig) -> dict
     zero = np.zeros((d,), np.float32)
     ours["shared_embedding/embeddings"] = np.stack([embedding[r] if r is not None else zero for r in rows])
     bias = weights.get("final_logits_bias", np.zeros((1, embedding.shape[0]), np.float32)).reshape(-1)
-    ours["shared_embedding/logits_bias"] = np.array([bias[r] if r is not None else 0.0 for r in rows], np.float32)
+    bias = np.array([bias[r] if r is not None else 0.0 for r in rows], np.float32)
+    bias[[PAD_ID, BOS_ID]] = ABSENT_LOGIT_BIAS
+    ours["shared_embedding/logits_bias"] = bias
 
     def linear(ours_name, theirs):
         ours[f"{ours_name}/kernel"] = get(f"{theirs}.weight").T  # torch's [out, in] → Keras' [in, out]

@@ -56,15 +56,54 @@ class IdMap:
 
 
 def read_vocab_json(path: str) -> dict[str, int]:
-    """``vocab.json``: piece → id, ids ``0 … n−1`` each once."""
+    """``vocab.json`` (Hugging Face's layout): piece → id, ids ``0 … n−1`` each once."""
     try:
         with open(path, encoding="utf-8") as handle:
             vocab = json.load(handle)
+    except FileNotFoundError:
+        raise VocabularyError(f"{path} not found") from None
     except (OSError, json.JSONDecodeError) as error:
         raise VocabularyError(f"{path}: cannot read it as JSON ({error})") from None
     if not isinstance(vocab, dict) or not all(isinstance(v, int) for v in vocab.values()):
         raise VocabularyError(f"{path}: expected an object mapping each piece to its id")
-    if sorted(vocab.values()) != list(range(len(vocab))):
+    return _numbered(vocab, path)
+
+
+def read_vocab_yml(path: str) -> dict[str, int]:
+    """A Marian vocabulary (``*.vocab.yml``): one ``piece: id`` a line, ids ``0 … n−1`` each once.
+
+    Read a line at a time rather than as one YAML document: a whole-document load would turn pieces such
+    as ``<<`` (a merge key) or ``null`` into something else, and let a repeated piece hide another.
+    """
+    import yaml
+
+    vocab: dict[str, int] = {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                line = line.rstrip("\r\n")
+                if not line.strip():
+                    continue
+                key, _, value = line.rpartition(":")
+                try:
+                    piece = yaml.load(key, Loader=yaml.BaseLoader) if key[:1] in "\"'" else key
+                    index = int(value)
+                except (ValueError, yaml.YAMLError):
+                    raise VocabularyError(f"{path}, line {number}: expected 'piece: id', got {line!r}") from None
+                if not isinstance(piece, str) or not piece:
+                    raise VocabularyError(f"{path}, line {number}: expected 'piece: id', got {line!r}")
+                if piece in vocab:
+                    raise VocabularyError(f"{path}, line {number}: the piece {piece!r} is there twice")
+                vocab[piece] = index
+    except FileNotFoundError:
+        raise VocabularyError(f"{path} not found") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise VocabularyError(f"{path}: cannot read it ({error})") from None
+    return _numbered(vocab, path)
+
+
+def _numbered(vocab: dict[str, int], path: str) -> dict[str, int]:
+    if not vocab or sorted(vocab.values()) != list(range(len(vocab))):
         raise VocabularyError(f"{path}: the ids are not 0 … {len(vocab) - 1}, each once")
     return vocab
 
