@@ -127,6 +127,25 @@ def vocabulary_size(proto: bytes) -> int:
     return min(len(model.pieces), model.trainer_spec.vocab_size or len(model.pieces))
 
 
+# A language code at the start of a source: ">>" up to the first "<<" (Marian's tokenizer in Hugging Face).
+LANGUAGE_CODE = ">>.*?<<"
+
+
+def split_language_code(text: str) -> tuple[str | None, str]:
+    """``(code, rest)`` of a source with a leading language code (:data:`LANGUAGE_CODE`), else ``(None, text)``."""
+    if text.startswith(">>") and (end := text.find("<<")) != -1:
+        return text[: end + 2], text[end + 2 :]
+    return None, text
+
+
+def language_codes(proto: bytes) -> bool:
+    """Whether the SentencePiece model ``proto`` holds language-code pieces (``>>deu<<``): see :class:`Tokenizer`."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    model = sentencepiece_model_pb2.ModelProto.FromString(proto)
+    return any(p.piece.startswith(">>") and p.piece.endswith("<<") and len(p.piece) > 4 for p in model.pieces)
+
+
 class Tokenizer(tf.Module):
     """In-graph SentencePiece tokenization with the fixed special ids.
 
@@ -140,6 +159,11 @@ class Tokenizer(tf.Module):
     (docs/importing.md). Targets are then tokenized and detokenized with the
     target model. A model may hold pieces past its :func:`vocabulary_size`: they
     tokenize as UNK, as Marian's vocabulary does with pieces it lacks.
+
+    A source model holding language-code pieces such as ``>>deu<<`` (a
+    multilingual OPUS-MT model's) takes the code at the start of a source as
+    that one piece and segments the rest, as Marian's tokenizer in Hugging
+    Face does (an unknown code is UNK); other models read ``>>`` as text.
 
     With a ``symbol_pattern`` (a parser's targets), a target is tokens
     separated by spaces: a token the pattern matches whole is a symbol, one
@@ -167,6 +191,7 @@ class Tokenizer(tf.Module):
         self._sp, self._target_sp = self._make_ops()
         self.vocab_size = vocabulary_size(self.model_proto)
         self._pieces = spm.SentencePieceProcessor(model_proto=self.model_proto).get_piece_size()
+        self.language_codes = language_codes(self.model_proto)
         for path, proto in ((model_path, self.model_proto), (target_model_path, self.target_proto)):
             if proto is None:
                 continue
@@ -230,7 +255,9 @@ class Tokenizer(tf.Module):
 
     def encode(self, text: str) -> list[int]:
         """One source ``text`` tokenized in Python, as :meth:`tokenize` does in the graph (no EOS)."""
-        return [i if i < self.vocab_size else UNK_ID for i in self._source_processor.encode(text)]
+        code, rest = split_language_code(text) if self.language_codes else (None, text)
+        ids = [i if i < self.vocab_size else UNK_ID for i in self._source_processor.encode(rest)]
+        return ids if code is None else [self._source_processor.piece_to_id(code), *ids]
 
     def _known(self, ids):
         """``ids`` with those past :attr:`vocab_size` (pieces the id map lacks) replaced by UNK."""
@@ -240,7 +267,14 @@ class Tokenizer(tf.Module):
 
     def tokenize(self, strings):
         """``string[batch]`` → ``int32`` RaggedTensor ``[batch, (len)]``."""
-        return self._known(self._eager_retry("tokenize", strings))
+        if not self.language_codes:
+            return self._known(self._eager_retry("tokenize", strings))
+        coded = tf.strings.regex_full_match(strings, f"(?s){LANGUAGE_CODE}.*")  # [batch]
+        code = tf.strings.regex_replace(strings, f"(?s)^({LANGUAGE_CODE}).*$", r"\1", replace_global=False)
+        rest = tf.strings.regex_replace(strings, f"(?s)^{LANGUAGE_CODE}", "", replace_global=False)  # [batch]
+        code_ids = tf.boolean_mask(self._eager_retry("string_to_id", code), coded)  # [coded]
+        prefix = tf.RaggedTensor.from_row_lengths(code_ids, tf.cast(coded, tf.int64))  # [batch, (0 or 1)]
+        return tf.concat([prefix, self._known(self._eager_retry("tokenize", rest))], axis=1)
 
     def pieces(self, ids):
         """``int`` ids of any shape → their SentencePiece pieces (``"▁"`` starts a word), same shape."""

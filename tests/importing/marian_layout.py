@@ -107,3 +107,28 @@ def write_marian_directory(directory: pathlib.Path, options: dict | None = None,
     for name in ("source.spm", "target.spm"):
         shutil.copyfile(FIXTURE / name, directory / name)
     return directory
+
+
+LANGUAGE_CODES = (">>deu<<", ">>fra<<")
+
+
+def write_multilingual_directory(directory: pathlib.Path) -> pathlib.Path:
+    """The fixture in Hugging Face's layout as a multilingual OPUS-MT model: ``vocab.json`` gains the pieces
+    :data:`LANGUAGE_CODES` (which neither SentencePiece model has) and the embedding two random rows."""
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(FIXTURE, directory)
+    vocab = json.loads((directory / "vocab.json").read_text(encoding="utf-8"))
+    for code in LANGUAGE_CODES:
+        vocab[code] = len(vocab)
+    (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    config["vocab_size"] = config["decoder_vocab_size"] = len(vocab)
+    (directory / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    weights = load_file(str(directory / "model.safetensors"))
+    rows = np.random.default_rng(0).normal(0, 0.5, (len(LANGUAGE_CODES), config["d_model"])).astype(np.float32)
+    weights["model.shared.weight"] = np.concatenate([weights["model.shared.weight"], rows])
+    bias = weights["final_logits_bias"]
+    weights["final_logits_bias"] = np.concatenate([bias, np.zeros((1, len(LANGUAGE_CODES)), bias.dtype)], axis=1)
+    save_file(weights, str(directory / "model.safetensors"))
+    return directory

@@ -145,3 +145,29 @@ def test_marian_s_layout_translates_as_ctranslate2_s_own_marian_converter(tmp_pa
         expected = [log_probs[row, step, token] for step, token in enumerate([*ids_, EOS_ID])]
         np.testing.assert_allclose(result.log_probs, expected, atol=1e-4, err_msg=TARGETS[row])
     assert sum(map(len, ours)) > len(ours)  # outputs of several pieces, not only EOS
+
+
+@pytest.mark.slow
+def test_language_codes_tokenize_as_transformers_marian_tokenizer(tmp_path):
+    pytest.importorskip("transformers", reason="needs transformers: pip install -e '.[reference]'")
+    import tensorflow as tf
+    from transformers import MarianTokenizer
+
+    from tests.importing.marian_layout import write_multilingual_directory
+    from tests.importing.test_language_codes import SOURCES as CODED
+    from tf_transformer.constants import EOS_ID, UNK_ID
+    from tf_transformer.importing.imported_run import import_opus_mt
+    from tf_transformer.tasks import run_tokenizer
+
+    source = write_multilingual_directory(tmp_path / "opus-mt-en-mul")
+    import_opus_mt(str(source), str(tmp_path / "run"))
+    tokenizer = run_tokenizer(str(tmp_path / "run"))
+    theirs = MarianTokenizer(str(source / "source.spm"), str(source / "target.spm"), str(source / "vocab.json"))
+    assert set(theirs.supported_language_codes) == {">>deu<<", ">>fra<<"}
+    processor = tokenizer.python_processor()
+    ours_of = {i: processor.piece_to_id(piece) for piece, i in theirs.encoder.items()}
+    ours_of[theirs.unk_token_id] = UNK_ID
+    texts = list(CODED)
+    rows = tokenizer.tokenize(tf.constant(texts)).to_list()
+    for text, row in zip(texts, rows, strict=True):
+        assert [*row, EOS_ID] == [ours_of[i] for i in theirs(text)["input_ids"]], text

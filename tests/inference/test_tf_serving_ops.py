@@ -24,7 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SERVING_PYTHON = ROOT / ".venv-tf212" / "bin" / "python"
 CHECK = ROOT / "tools" / "session_loader_check.py"
 INPUTS = {
-    "strings": ["alpha beta gamma", "", "zeta omega", "omega 🙂 sigma"],
+    "strings": ["alpha beta gamma", "", "zeta omega", "omega 🙂 sigma", ">>deu<< alpha beta"],
     "ids": [[9, 10, 11, 3], [12, 3, 0, 0]],
     # The request-time signatures' scalars (a target prefix or target is a string of "strings").
     "named": {
@@ -130,11 +130,13 @@ def serving_build(export, *flags) -> dict:
 
 @pytest.fixture(scope="module")
 def imported_export(tmp_path_factory):
-    """The tiny OPUS-MT reference model (tests/fixtures/marian) imported and exported."""
-    from tests.importing.test_marian import FIXTURE
+    """The tiny OPUS-MT reference model (tests/fixtures/marian), made multilingual (language codes such as
+    ``>>deu<<``, which the tokenizer takes whole), imported and exported."""
+    from tests.importing.marian_layout import write_multilingual_directory
     from tf_transformer.importing.imported_run import import_opus_mt
 
-    run = import_opus_mt(str(FIXTURE), str(tmp_path_factory.mktemp("opus_mt") / "run"))
+    source = write_multilingual_directory(tmp_path_factory.mktemp("opus_mt_source") / "opus-mt-en-mul")
+    run = import_opus_mt(str(source), str(tmp_path_factory.mktemp("opus_mt") / "run"))
     return export_cli(run, tmp_path_factory.mktemp("opus_mt_export") / "opus_mt" / "1")
 
 
