@@ -175,3 +175,35 @@ def test_a_checkpoint_is_flushed_before_the_state_file_lists_it(tmp_path, monkey
     assert sorted(p.name for p in directory.iterdir()) == sorted(
         ["checkpoint", *(f"ckpt-{n}.{part}" for n in (1, 2) for part in ("index", "data-00000-of-00001"))]
     )
+
+
+def test_checkpoints_of_a_relative_run_directory_are_listed_where_they_are(tmp_path, monkeypatch):
+    """``make demo`` trains in ``runs/…``, a relative path: the state file listed ``../../../ckpt-N`` (TensorFlow
+    took the names for paths relative to the working directory), and averaging found no checkpoint."""
+    from tf_transformer.run_dir import checkpoints, save_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    directory = os.path.join("runs", "demo", "checkpoints")
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(1.0)), directory, max_to_keep=3)
+    for step in (1, 2):
+        save_checkpoint(manager, step)
+    listed = checkpoints(directory)
+    assert listed == [os.path.join(directory, "ckpt-1"), os.path.join(directory, "ckpt-2")]
+    assert all(os.path.exists(path + ".index") for path in listed)
+    assert tf.train.latest_checkpoint(directory) == os.path.join(directory, "ckpt-2")
+    restarted = tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(0.0)), directory, max_to_keep=3)
+    assert restarted.checkpoints == listed  # a resumed run keeps counting them
+
+
+def test_a_state_file_listing_checkpoints_elsewhere_finds_them_beside_it(tmp_path, monkeypatch):
+    """Runs trained in a relative directory before the fix above list ``../../../ckpt-N``: they still resume."""
+    from tf_transformer.run_dir import checkpoints, save_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    directory = os.path.join("runs", "demo", "checkpoints")
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(1.0)), directory, max_to_keep=3)
+    for step in (1, 2):
+        save_checkpoint(manager, step)
+    state = pathlib.Path(directory, "checkpoint")
+    state.write_text(state.read_text().replace('"ckpt-', '"../../../ckpt-'))
+    assert checkpoints(directory) == [os.path.join(directory, "ckpt-1"), os.path.join(directory, "ckpt-2")]

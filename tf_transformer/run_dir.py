@@ -150,10 +150,11 @@ def _forget(manager: tf.train.CheckpointManager, prefix: str, listed: list[str])
 def write_state(directory: str, paths: list[str], timestamps: list[float], last_preserved: float) -> None:
     """Writes ``directory``'s state file listing the checkpoints ``paths`` (oldest first), as TensorFlow does,
     durably (:func:`tf_transformer.files.write_bytes`)."""
-    names = [os.path.basename(path) for path in paths]  # relative: the directory may move
-    state = tf.compat.v1.train.generate_checkpoint_state_proto(
-        directory,
-        names[-1],
+    names = [os.path.basename(path) for path in paths]  # relative to the state file's directory: it may move
+    # The proto is built here: TensorFlow's generate_checkpoint_state_proto takes names for paths relative
+    # to the working directory when ``directory`` is relative, and would list ``../../ckpt-N``.
+    state = CheckpointState(
+        model_checkpoint_path=names[-1],
         all_model_checkpoint_paths=names,
         all_model_checkpoint_timestamps=timestamps,
         last_preserved_timestamp=last_preserved,
@@ -218,7 +219,17 @@ def _parse_state(data: bytes, directory: str) -> list[str] | None:
     if not state.model_checkpoint_path:
         return None
     paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
-    return [path if os.path.isabs(path) or "://" in path else os.path.join(directory, path) for path in paths]
+    paths = [path if os.path.isabs(path) or "://" in path else os.path.join(directory, path) for path in paths]
+    return [_beside(path, directory) for path in paths]
+
+
+def _beside(path: str, directory: str) -> str:
+    """``path``, or the checkpoint of its name in ``directory`` where only that one exists: state files that
+    earlier versions wrote for a relative run directory list ``../../ckpt-N``."""
+    local = os.path.join(directory, os.path.basename(path))
+    if local != path and not tf.io.gfile.exists(path + ".index") and tf.io.gfile.exists(local + ".index"):
+        return local
+    return path
 
 
 def _on_disk(directory: str) -> list[str]:
