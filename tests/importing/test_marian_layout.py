@@ -147,3 +147,29 @@ def test_a_release_without_its_sentencepiece_models_is_refused(tmp_path):
     (source / "target.spm").unlink()
     with pytest.raises(ModelImportError, match="target.spm not found: Marian's layout needs"):
         import_opus_mt(str(source), str(tmp_path / "run"))
+
+
+def test_a_release_zip_imports_as_its_directory_and_errors_name_the_member(tmp_path, runs):
+    import zipfile
+
+    release = write_marian_directory(tmp_path / "opus-2020-02-26")
+    archive = tmp_path / "opus-2020-02-26.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        for path in release.iterdir():
+            handle.write(path, path.name)
+    import_opus_mt(str(archive), str(tmp_path / "run"))
+    for name in ("sp.model", "sp.target.model"):
+        assert (tmp_path / "run" / name).read_bytes() == (runs[1] / name).read_bytes()
+    imported = json.loads((tmp_path / "run" / "config.json").read_text())["imported"]
+    assert imported == {"from": str(archive), "format": "marian"}
+
+    nested = tmp_path / "nested.zip"  # a zip of the folder, not of its files
+    with zipfile.ZipFile(nested, "w") as handle:
+        for path in release.iterdir():
+            if path.name != "target.spm":
+                handle.write(path, f"opus/{path.name}")
+    with pytest.raises(ModelImportError, match=f"^{nested}:opus/target.spm not found"):
+        import_opus_mt(str(nested), str(tmp_path / "run2"))
+    (tmp_path / "not.zip").write_text("text")
+    with pytest.raises(ModelImportError, match="neither a directory nor a zip file"):
+        import_opus_mt(str(tmp_path / "not.zip"), str(tmp_path / "run3"))

@@ -6,7 +6,7 @@ The run directory works with tft-export, tft-translate, tft-evaluate, tft-score,
 tft-train --init_from (fine-tuning) as one of ours. Nothing comes from the network: --source is a local
 directory in Hugging Face's layout (config.json, model.safetensors or pytorch_model.bin, source.spm,
 target.spm, vocab.json) or Marian's (decoder.yml, the model .npz, its .vocab.yml, source.spm, target.spm;
-docs/importing.md).
+docs/importing.md), or a .zip of either (an OPUS-MT release as downloaded).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string(
     "source",
     None,
-    "The OPUS-MT model directory to import: Hugging Face's layout (config.json) or Marian's (decoder.yml).",
+    "The OPUS-MT model to import: a directory in Hugging Face's layout (config.json) or Marian's (decoder.yml), "
+    "or a .zip of one (an OPUS-MT release).",
 )
 flags.DEFINE_string("model_dir", None, "The run directory to write (a new one).", required=True)
 flags.DEFINE_enum(

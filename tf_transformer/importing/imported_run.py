@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
+import zipfile
 
 import tensorflow as tf
 
@@ -23,9 +25,13 @@ from tf_transformer.run_dir import CONFIG_FILE, VOCABULARY_FILE, checkpoint_dir
 
 def read_opus_mt(source: str) -> marian.MarianCheckpoint:
     """The OPUS-MT model in the directory ``source``: Hugging Face's layout (``config.json``) or Marian's
-    (``decoder.yml``, a model ``.npz``)."""
+    (``decoder.yml``, a model ``.npz``); or in a ``.zip`` of either, such as an OPUS-MT release."""
+    if os.path.isfile(source) and zipfile.is_zipfile(source):
+        return _read_zip(source)
     if not os.path.isdir(source):
-        raise marian.ModelImportError(f"{source} is not a directory: --source is a model's directory")
+        raise marian.ModelImportError(
+            f"{source} is neither a directory nor a zip file: --source is a model's directory or its .zip"
+        )
     if os.path.exists(os.path.join(source, "config.json")):
         return marian.read_checkpoint(source)
     if marian_npz.is_marian_directory(source):
@@ -34,6 +40,32 @@ def read_opus_mt(source: str) -> marian.MarianCheckpoint:
         f"{source} holds neither Hugging Face's layout of an OPUS-MT model (config.json, model.safetensors) "
         "nor Marian's (decoder.yml, a model .npz)"
     )
+
+
+def _read_zip(path: str) -> marian.MarianCheckpoint:
+    """:func:`read_opus_mt` of the zip ``path``, unpacked to a temporary directory (named ``path:`` in errors);
+    a zip holding one folder is read inside it."""
+    with tempfile.TemporaryDirectory(prefix="tft-import-") as unpacked:
+        try:
+            with zipfile.ZipFile(path) as archive:
+                archive.extractall(unpacked)  # member names are made safe by zipfile (no "..", no absolute paths)
+        except (zipfile.BadZipFile, OSError) as error:
+            raise marian.ModelImportError(f"{path}: cannot unpack it ({error})") from None
+        root = unpacked
+        entries = os.listdir(root)
+        if len(entries) == 1 and os.path.isdir(os.path.join(root, entries[0])):
+            root = os.path.join(root, entries[0])
+
+        def named(text: str) -> str:
+            return text.replace(unpacked + os.sep, f"{path}:")
+
+        try:
+            checkpoint = read_opus_mt(root)
+        except marian.ModelImportError as error:
+            raise marian.ModelImportError(named(str(error))) from None
+    checkpoint.directory = path
+    checkpoint.config_file, checkpoint.weights_file = named(checkpoint.config_file), named(checkpoint.weights_file)
+    return checkpoint
 
 
 def import_opus_mt(

@@ -75,11 +75,14 @@ def _files(directory: str) -> tuple[str, list[str], dict]:
         options = _read_yaml(decoder_path)
         if not isinstance(options, dict) or not options.get("models") or not options.get("vocabs"):
             raise ModelImportError(f"{decoder_path}: expected the lists 'models' and 'vocabs'")
-        models, vocabs = list(options["models"]), list(options["vocabs"])
+        models, vocabs = (
+            [str(v) for v in ([value] if isinstance(value, str) else value)]
+            for value in (options["models"], options["vocabs"])
+        )
         if len(models) != 1:
             raise ModelImportError(f"{decoder_path}: an ensemble of {len(models)} models; the import takes one model")
-        resolve = lambda name: os.path.join(directory, str(name))  # noqa: E731 (absolute names stay as they are)
-        return resolve(models[0]), [resolve(v) for v in vocabs], options
+        # Relative to the directory, as OPUS-MT's decoder.yml (relative-paths: true) means them.
+        return os.path.join(directory, models[0]), [os.path.join(directory, v) for v in vocabs], options
     models = _models_in(directory)
     vocabs = sorted(glob.glob(os.path.join(directory, "*vocab.yml")))
     if len(models) != 1 or len(vocabs) != 1:
