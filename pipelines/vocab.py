@@ -21,6 +21,7 @@ import tensorflow as tf
 from absl import logging
 
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401  (re-exported)
+from tf_transformer.language_codes import LANGUAGE_CODE, has_language_codes, split_language_code
 
 
 def _sample_sentences(pairs: Iterable[tuple[str, str]], max_sentences: int, seed: int) -> list[str]:
@@ -127,25 +128,6 @@ def vocabulary_size(proto: bytes) -> int:
     return min(len(model.pieces), model.trainer_spec.vocab_size or len(model.pieces))
 
 
-# A language code at the start of a source: ">>" up to the first "<<" (Marian's tokenizer in Hugging Face).
-LANGUAGE_CODE = ">>.*?<<"
-
-
-def split_language_code(text: str) -> tuple[str | None, str]:
-    """``(code, rest)`` of a source with a leading language code (:data:`LANGUAGE_CODE`), else ``(None, text)``."""
-    if text.startswith(">>") and (end := text.find("<<")) != -1:
-        return text[: end + 2], text[end + 2 :]
-    return None, text
-
-
-def language_codes(proto: bytes) -> bool:
-    """Whether the SentencePiece model ``proto`` holds language-code pieces (``>>deu<<``): see :class:`Tokenizer`."""
-    from sentencepiece import sentencepiece_model_pb2
-
-    model = sentencepiece_model_pb2.ModelProto.FromString(proto)
-    return any(p.piece.startswith(">>") and p.piece.endswith("<<") and len(p.piece) > 4 for p in model.pieces)
-
-
 class Tokenizer(tf.Module):
     """In-graph SentencePiece tokenization with the fixed special ids.
 
@@ -191,7 +173,7 @@ class Tokenizer(tf.Module):
         self._sp, self._target_sp = self._make_ops()
         self.vocab_size = vocabulary_size(self.model_proto)
         self._pieces = spm.SentencePieceProcessor(model_proto=self.model_proto).get_piece_size()
-        self.language_codes = language_codes(self.model_proto)
+        self.language_codes = has_language_codes(self.model_proto)
         for path, proto in ((model_path, self.model_proto), (target_model_path, self.target_proto)):
             if proto is None:
                 continue

@@ -13,8 +13,8 @@ import json
 import os
 from typing import Any
 
-from pipelines.vocab import language_codes, split_language_code
 from tf_transformer.inference.decode_options import DecodeOptions
+from tf_transformer.language_codes import has_language_codes, split_language_code
 
 EXPORT_INFO = os.path.join("assets.extra", "tf_transformer.json")
 
@@ -120,14 +120,14 @@ class SourceLimit:
         self.language_codes = False
         if self.pieces is not None:
             with open(vocabulary, "rb") as handle:
-                self.language_codes = language_codes(handle.read())
+                self.language_codes = has_language_codes(handle.read())
         recorded = options is not None and not options.truncate_source and self.pieces is not None
         self.limit = options.max_source_length if recorded else None
         self.vocab_size = info.source_vocab_size or (self.pieces.get_piece_size() if self.pieces else None)
 
     def tokens(self, text: str) -> int:
         """Source tokens of ``text`` with EOS, as the graph counts them (``tf.strings.strip`` strips ASCII; a
-        leading language code is one piece, :class:`pipelines.vocab.Tokenizer`)."""
+        leading language code is one piece: :mod:`tf_transformer.language_codes`)."""
         text = text.strip(" \t\n\v\f\r")
         code, rest = split_language_code(text) if self.language_codes else (None, text)
         return len(self.pieces.encode(rest)) + (code is not None) + 1
