@@ -196,7 +196,7 @@ def test_two_workers_in_mixed_float16_agree_on_every_overflow(corpus, tmp_path):
     same updates and end with the same tensors (a worker that applied an update the other skipped would not)."""
     run = tmp_path / "multi"
     harness = [sys.executable, "-m", "tests.training.high_loss_scale", "--strategy=multi_worker"]
-    command = [*harness, "--precision=mixed_float16", *flags(corpus, run, "--train_steps=6", "--accumulate_steps=2")]
+    command = [*harness, *flags(corpus, run, "--train_steps=6", "--accumulate_steps=2", "--precision=mixed_float16")]
     for code, stderr in finish(start_workers(2, lambda index: command)):
         assert code == 0, stderr[-3000:]
     summary = json.loads((run / "train_summary.json").read_text())

@@ -28,6 +28,8 @@ def flags(corpus, model_dir, *extra):
         "--max_train_length=64",
         "--vocab_size=120",
         "--set=dropout=0.0",
+        # Layouts agree to float32 round-off only; `auto` would take mixed_bfloat16 on CPUs with a bfloat16 unit.
+        "--precision=float32",
         f"--model_dir={model_dir}",
         *extra,
     ]
