@@ -53,6 +53,8 @@ def _cache_key(corpus: ParallelText, tokenizer: Tokenizer) -> str:
     digest.update(f"v{CACHE_VERSION}|{corpus.fingerprint()}|".encode())
     if tokenizer.target_symbols:  # the same files tokenized another way
         digest.update(f"symbols {tokenizer.symbol_pattern}|".encode())
+    if tokenizer.language_codes:  # a source's leading >>xx<< as one piece (caches of before took it as text)
+        digest.update(b"language codes|")
     digest.update(tokenizer.model_proto)
     return digest.hexdigest()[:20]
 

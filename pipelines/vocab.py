@@ -238,8 +238,9 @@ class Tokenizer(tf.Module):
     def encode(self, text: str) -> list[int]:
         """One source ``text`` tokenized in Python, as :meth:`tokenize` does in the graph (no EOS)."""
         code, rest = split_language_code(text) if self.language_codes else (None, text)
-        ids = [i if i < self.vocab_size else UNK_ID for i in self._source_processor.encode(rest)]
-        return ids if code is None else [self._source_processor.piece_to_id(code), *ids]
+        ids = self._source_processor.encode(rest)
+        ids = ids if code is None else [self._source_processor.piece_to_id(code), *ids]
+        return [i if i < self.vocab_size else UNK_ID for i in ids]
 
     def _known(self, ids):
         """``ids`` with those past :attr:`vocab_size` (pieces the id map lacks) replaced by UNK."""
@@ -253,10 +254,11 @@ class Tokenizer(tf.Module):
             return self._known(self._eager_retry("tokenize", strings))
         coded = tf.strings.regex_full_match(strings, f"(?s){LANGUAGE_CODE}.*")  # [batch]
         code = tf.strings.regex_replace(strings, f"(?s)^({LANGUAGE_CODE}).*$", r"\1", replace_global=False)
-        rest = tf.strings.regex_replace(strings, f"(?s)^{LANGUAGE_CODE}", "", replace_global=False)  # [batch]
+        rest = tf.strings.regex_replace(strings, f"(?s)^{LANGUAGE_CODE}", "", replace_global=False)
+        rest = tf.where(coded, rest, strings)  # [batch]; not cut where the full match failed (invalid UTF-8)
         code_ids = tf.boolean_mask(self._eager_retry("string_to_id", code), coded)  # [coded]
         prefix = tf.RaggedTensor.from_row_lengths(code_ids, tf.cast(coded, tf.int64))  # [batch, (0 or 1)]
-        return tf.concat([prefix, self._known(self._eager_retry("tokenize", rest))], axis=1)
+        return self._known(tf.concat([prefix, self._eager_retry("tokenize", rest)], axis=1))
 
     def pieces(self, ids):
         """``int`` ids of any shape → their SentencePiece pieces (``"▁"`` starts a word), same shape."""

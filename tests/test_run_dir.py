@@ -206,4 +206,15 @@ def test_a_state_file_listing_checkpoints_elsewhere_finds_them_beside_it(tmp_pat
         save_checkpoint(manager, step)
     state = pathlib.Path(directory, "checkpoint")
     state.write_text(state.read_text().replace('"ckpt-', '"../../../ckpt-'))
-    assert checkpoints(directory) == [os.path.join(directory, "ckpt-1"), os.path.join(directory, "ckpt-2")]
+    expected = [os.path.join(directory, "ckpt-1"), os.path.join(directory, "ckpt-2")]
+    assert checkpoints(directory) == expected
+    assert "../" in state.read_text()  # a reader leaves the file alone
+    # The writer repairs it before its CheckpointManager reads it: the manager then restores, keeps counting
+    # and deletes the old checkpoints (a manager reading ../../../ckpt-N found none of them).
+    assert checkpoints(directory, repair=True) == expected and "../" not in state.read_text()
+    resumed = tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(0.0)), directory, max_to_keep=2)
+    assert resumed.checkpoints == expected
+    resumed.checkpoint.restore(resumed.latest_checkpoint).assert_consumed()
+    save_checkpoint(resumed, 3)
+    assert checkpoints(directory) == expected[1:] + [os.path.join(directory, "ckpt-3")]
+    assert not os.path.exists(expected[0] + ".index")

@@ -192,8 +192,14 @@ def checkpoints(directory: str, repair: bool = False) -> list[str]:
         ) from None
     if repair:
         _remove_leftovers(directory)
-    listed = _parse_state(data, directory) if data is not None else None
-    if listed is not None:
+    parsed = _parse_state(data, directory) if data is not None else None
+    if parsed is not None:
+        listed, state, moved = parsed
+        if moved and repair and is_local(directory):  # so that TensorFlow's CheckpointManager finds them too
+            times = list(state.all_model_checkpoint_timestamps)
+            if len(times) != len(listed):
+                times = [os.path.getmtime(p + ".index") for p in listed]
+            write_state(directory, listed, times, state.last_preserved_timestamp)
         return listed
     on_disk = _on_disk(directory)
     if on_disk:
@@ -209,8 +215,9 @@ def checkpoints(directory: str, repair: bool = False) -> list[str]:
     return on_disk
 
 
-def _parse_state(data: bytes, directory: str) -> list[str] | None:
-    """The checkpoint paths a state file lists, oldest first; ``None`` when it is garbled."""
+def _parse_state(data: bytes, directory: str) -> tuple[list[str], CheckpointState, bool] | None:
+    """``(paths, state, moved)``: the checkpoint paths a state file lists, oldest first, its proto, and
+    whether a listed path was found beside the file instead (:func:`_beside`); ``None`` when it is garbled."""
     state = CheckpointState()
     try:
         text_format.Merge(data.decode("utf-8"), state)
@@ -220,7 +227,8 @@ def _parse_state(data: bytes, directory: str) -> list[str] | None:
         return None
     paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
     paths = [path if os.path.isabs(path) or "://" in path else os.path.join(directory, path) for path in paths]
-    return [_beside(path, directory) for path in paths]
+    found = [_beside(path, directory) for path in paths]
+    return found, state, found != paths
 
 
 def _beside(path: str, directory: str) -> str:

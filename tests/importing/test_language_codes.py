@@ -121,3 +121,30 @@ def test_servers_count_a_code_as_one_token_as_the_graph_does(multilingual, tmp_p
     assert limits.tokens(longer) == tokens + 1 and limits.violation(longer)
     with pytest.raises(tf.errors.InvalidArgumentError, match="maximum source length"):
         translate(inputs=tf.constant([longer]))
+
+    from tf_transformer.inference.attention_report import export_attention
+
+    _, (result,) = export_attention(output, [text])  # tft-attention --model: labels as the graph's tokens
+    assert result["source_tokens"][0] == ">>deu<<" and len(result["source_tokens"]) == tokens
+
+
+def test_a_code_before_bytes_that_are_not_utf8_is_kept_as_text(multilingual):
+    """The code's regular expressions cannot match such a string whole: it is all text, nothing dropped."""
+    _, run = multilingual
+    tokenizer = run_tokenizer(str(run))
+    raw = tf.constant([b">>deu<< \xff alpha"])
+    as_text = tokenizer._known(tokenizer._sp.tokenize(raw)).to_list()
+    assert tokenizer.tokenize(raw).to_list() == as_text and len(as_text[0]) > 3
+
+
+def test_token_caches_of_coded_models_are_not_those_of_before(multilingual, monkeypatch):
+    """Caches written before codes were one piece hold the code as text: a multilingual model's key differs."""
+    from pipelines.sources import ParallelText
+    from pipelines.token_cache import _cache_key
+
+    _, run = multilingual
+    tokenizer = run_tokenizer(str(run))
+    corpus = ParallelText(source_path=str(run / "config.json"), target_path=str(run / "config.json"))
+    with_codes = _cache_key(corpus, tokenizer)
+    monkeypatch.setattr(tokenizer, "language_codes", False)
+    assert _cache_key(corpus, tokenizer) != with_codes

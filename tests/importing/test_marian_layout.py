@@ -2,6 +2,7 @@
 Hugging Face's: the same weights and vocabulary, Marian's layer-norm ε, the same greedy output as transformers."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -77,6 +78,9 @@ def test_greedy_output_equals_hugging_face_s_generate(runs):
         ({"type": "s2s"}, "--type s2s"),
         ({"dec-depth": 3}, "--dec-depth 3"),
         ({"transformer-ffn-activation": "tanh"}, "tanh"),
+        ({"transformer-ffn-activation": "gelu"}, "before v1.12.3 Marian computed"),  # the fixture: v1.7.6
+        ({"transformer-disable-position-embeddings": True}, "disable-position-embeddings"),
+        ({"transformer-attention-mask": "alibi"}, "attention-mask alibi"),
     ],
 )
 def test_unsupported_marian_options_are_refused_by_name_and_nothing_is_written(tmp_path, options, named):
@@ -134,12 +138,23 @@ def test_marian_vocabularies_read_quoted_pieces_line_by_line(tmp_path):
     path.write_text("</s>: 0\n<unk>: 1\n</s>: 2\n", encoding="utf-8")
     with pytest.raises(VocabularyError, match="line 3: the piece '</s>' is there twice"):
         read_vocab_yml(str(path))
+    path.write_text("</s>: 0\n: 1\n", encoding="utf-8")  # no piece
+    with pytest.raises(VocabularyError, match="line 2: expected 'piece: id'"):
+        read_vocab_yml(str(path))
     path.write_text("</s>: 0\n<unk> 1\n", encoding="utf-8")
     with pytest.raises(VocabularyError, match="line 2: expected 'piece: id'"):
         read_vocab_yml(str(path))
     path.write_text("</s>: 0\n<unk>: 2\n", encoding="utf-8")
     with pytest.raises(VocabularyError, match="not 0 … 1"):
         read_vocab_yml(str(path))
+
+
+def test_a_cut_model_file_is_refused_with_its_name(tmp_path):
+    source = write_marian_directory(tmp_path / "opus")
+    data = (source / MODEL_FILE).read_bytes()
+    (source / MODEL_FILE).write_bytes(data[: len(data) // 2])  # a download stopped halfway
+    with pytest.raises(ModelImportError, match=f"{MODEL_FILE}: cannot read it as a Marian model"):
+        import_opus_mt(str(source), str(tmp_path / "run"))
 
 
 def test_a_release_without_its_sentencepiece_models_is_refused(tmp_path):
@@ -168,7 +183,7 @@ def test_a_release_zip_imports_as_its_directory_and_errors_name_the_member(tmp_p
         for path in release.iterdir():
             if path.name != "target.spm":
                 handle.write(path, f"opus/{path.name}")
-    with pytest.raises(ModelImportError, match=f"^{nested}:opus/target.spm not found"):
+    with pytest.raises(ModelImportError, match=f"^{re.escape(str(nested))}:opus/target.spm not found"):
         import_opus_mt(str(nested), str(tmp_path / "run2"))
     (tmp_path / "not.zip").write_text("text")
     with pytest.raises(ModelImportError, match="neither a directory nor a zip file"):

@@ -57,7 +57,7 @@ def _read_zip(path: str) -> marian.MarianCheckpoint:
             root = os.path.join(root, entries[0])
 
         def named(text: str) -> str:
-            return text.replace(unpacked + os.sep, f"{path}:")
+            return text.replace(unpacked + os.sep, f"{path}:").replace(unpacked, path)
 
         try:
             checkpoint = read_opus_mt(root)

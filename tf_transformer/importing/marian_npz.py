@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import glob
 import os
+import re
+import zipfile
 
 import numpy as np
 
@@ -150,6 +152,15 @@ def _check_options(options: dict, path: str) -> None:
         refuse(f"--enc-depth {option('enc-depth', 6)} differs from --dec-depth {option('dec-depth', 6)}")
     if option("transformer-ffn-activation", "swish") not in ACTIVATIONS:
         refuse(f"--transformer-ffn-activation {option('transformer-ffn-activation', '')} is not supported")
+    if option("transformer-ffn-activation", "swish") == "gelu" and _version(options) < (1, 12, 3):
+        refuse(
+            f"gelu of Marian {option('version', 'of unknown version')}: before v1.12.3 Marian computed "
+            "x·sigmoid(1.702x), not the GELU the import maps to"
+        )
+    if option("transformer-disable-position-embeddings", False):
+        refuse("--transformer-disable-position-embeddings is not supported")
+    if option("transformer-attention-mask", "default") != "default":
+        refuse(f"--transformer-attention-mask {option('transformer-attention-mask', '')} is not supported")
     if not (
         option("tied-embeddings-all", False)
         or (option("tied-embeddings-src", False) and option("tied-embeddings", False))
@@ -158,6 +169,12 @@ def _check_options(options: dict, path: str) -> None:
             "the model does not tie one embedding to source, target and output (--tied-embeddings-all): "
             "separate vocabularies and untied projections are not supported"
         )
+
+
+def _version(options: dict) -> tuple[int, ...]:
+    """Marian's version that saved the model (``version: v1.12.3 …``); ``()`` when unknown."""
+    found = re.match(r"v?(\d+)\.(\d+)\.(\d+)", str(options.get("version", "")))
+    return tuple(int(part) for part in found.groups()) if found else ()
 
 
 def _hugging_face_names(weights: dict, options: dict, path: str) -> dict[str, np.ndarray]:
@@ -221,7 +238,7 @@ def read_marian_checkpoint(directory: str) -> MarianCheckpoint:
             weights = {name: archive[name] for name in archive.files}
     except FileNotFoundError:
         raise ModelImportError(f"{model_path} not found") from None
-    except (OSError, ValueError) as error:  # not a zip, or a damaged one
+    except (OSError, ValueError, zipfile.BadZipFile) as error:  # not a zip, or a damaged (cut) one
         raise ModelImportError(f"{model_path}: cannot read it as a Marian model ({error})") from None
     options = read_model_options(weights, model_path)
     _check_options(options, f"{model_path} ({MODEL_OPTIONS})")

@@ -86,7 +86,7 @@ def read_vocab_yml(path: str) -> dict[str, int]:
                     continue
                 key, _, value = line.rpartition(":")
                 try:
-                    piece = yaml.load(key, Loader=yaml.BaseLoader) if key[:1] in "\"'" else key
+                    piece = yaml.load(key, Loader=yaml.BaseLoader) if key.startswith(('"', "'")) else key
                     index = int(value)
                 except (ValueError, yaml.YAMLError):
                     raise VocabularyError(f"{path}, line {number}: expected 'piece: id', got {line!r}") from None

@@ -29,6 +29,7 @@ from tf_transformer.attention_maps import (
     words_of,
 )
 from tf_transformer.inference.decode_options import DecodeOptions
+from tf_transformer.language_codes import has_language_codes, split_language_code
 
 UNITS_NOTE = {
     "pieces": "SentencePiece pieces",
@@ -196,13 +197,17 @@ def export_attention(model_path: str, sentences: Sequence[str]) -> tuple[int, li
     signature = tf.saved_model.load(model_path).signatures["translate_with_alignment"]
     if "ids" not in signature.structured_outputs:
         raise ValueError(f"{model_path}: its translate_with_alignment signature returns no ids; export it again")
-    processor = spm.SentencePieceProcessor(model_file=os.path.join(model_path, "assets", "sp.model"))
+    vocabulary = os.path.join(model_path, "assets", "sp.model")
+    processor = spm.SentencePieceProcessor(model_file=vocabulary)
+    with open(vocabulary, "rb") as handle:
+        codes = has_language_codes(handle.read())  # a leading >>xx<< is one piece, as in the graph
     results = []
     for sentence in sentences:
         outputs = signature(inputs=tf.constant([sentence]))
         ids = outputs["ids"].numpy()[0]
         target = [processor.id_to_piece(int(i)) for i in ids[: hypothesis_length(ids)]]
-        source = [*processor.encode(sentence.strip(), out_type=str), "</s>"]
+        code, rest = split_language_code(sentence.strip()) if codes else (None, sentence.strip())
+        source = [*([code] if code else []), *processor.encode(rest, out_type=str), "</s>"]
         attention = outputs["attention"].numpy()[0]  # [out_len, src_len], padded
         if attention.shape[1] < len(source):  # a source the export cut (--truncate_source)
             raise ValueError(
