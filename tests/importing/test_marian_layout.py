@@ -185,6 +185,12 @@ def test_a_release_zip_imports_as_its_directory_and_errors_name_the_member(tmp_p
                 handle.write(path, f"opus/{path.name}")
     with pytest.raises(ModelImportError, match=f"^{re.escape(str(nested))}:opus/target.spm not found"):
         import_opus_mt(str(nested), str(tmp_path / "run2"))
+    unrelated = tmp_path / "unrelated.zip"  # files at the top, of neither layout: the zip is named, not /tmp
+    with zipfile.ZipFile(unrelated, "w") as handle:
+        handle.writestr("README.md", "a model card")
+    with pytest.raises(ModelImportError, match=f"^{re.escape(str(unrelated))} holds neither") as raised:
+        import_opus_mt(str(unrelated), str(tmp_path / "run4"))
+    assert "tft-import-" not in str(raised.value)
     (tmp_path / "not.zip").write_text("text")
     with pytest.raises(ModelImportError, match="neither a directory nor a zip file"):
         import_opus_mt(str(tmp_path / "not.zip"), str(tmp_path / "run3"))
