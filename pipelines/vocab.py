@@ -21,7 +21,7 @@ import tensorflow as tf
 from absl import logging
 
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401  (re-exported)
-from tf_transformer.language_codes import LANGUAGE_CODE, has_language_codes, split_language_code
+from tf_transformer.language_codes import LANGUAGE_CODE, SourcePieces, has_language_codes
 
 
 def _sample_sentences(pairs: Iterable[tuple[str, str]], max_sentences: int, seed: int) -> list[str]:
@@ -232,15 +232,12 @@ class Tokenizer(tf.Module):
         return spm.SentencePieceProcessor(model_proto=proto)
 
     @functools.cached_property
-    def _source_processor(self) -> spm.SentencePieceProcessor:
-        return self.python_processor()
+    def _source_pieces(self) -> SourcePieces:
+        return SourcePieces(self.model_proto)
 
     def encode(self, text: str) -> list[int]:
         """One source ``text`` tokenized in Python, as :meth:`tokenize` does in the graph (no EOS)."""
-        code, rest = split_language_code(text) if self.language_codes else (None, text)
-        ids = self._source_processor.encode(rest)
-        ids = ids if code is None else [self._source_processor.piece_to_id(code), *ids]
-        return [i if i < self.vocab_size else UNK_ID for i in ids]
+        return [i if i < self.vocab_size else UNK_ID for i in self._source_pieces.encode(text)]
 
     def _known(self, ids):
         """``ids`` with those past :attr:`vocab_size` (pieces the id map lacks) replaced by UNK."""

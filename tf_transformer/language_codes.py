@@ -28,3 +28,28 @@ def has_language_codes(proto: bytes) -> bool:
 
     model = sentencepiece_model_pb2.ModelProto.FromString(proto)
     return any(p.piece.startswith(">>") and p.piece.endswith("<<") and len(p.piece) > 4 for p in model.pieces)
+
+
+class SourcePieces:
+    """A source's segmentation in Python as the graph does it (:class:`pipelines.vocab.Tokenizer`), for the
+    servers' length checks and the attention report: SentencePiece, and a leading language code as one piece
+    where the model holds codes."""
+
+    def __init__(self, proto: bytes):
+        import sentencepiece as spm
+
+        self.processor = spm.SentencePieceProcessor(model_proto=proto)
+        self.language_codes = has_language_codes(proto)
+
+    @classmethod
+    def from_file(cls, path: str) -> SourcePieces:
+        with open(path, "rb") as handle:
+            return cls(handle.read())
+
+    def encode(self, text: str, out_type: type = int) -> list:
+        """``text``'s pieces (``out_type=str``) or ids, without EOS."""
+        code, rest = split_language_code(text) if self.language_codes else (None, text)
+        pieces = self.processor.encode(rest, out_type=out_type)
+        if code is None:
+            return pieces
+        return [code if out_type is str else self.processor.piece_to_id(code), *pieces]

@@ -84,8 +84,9 @@ def read_bytes(path: str) -> bytes:
         raise ModelImportError(f"{path}: cannot read it ({error.strerror or error})") from None
 
 
-def read_weights(directory: str) -> dict[str, np.ndarray]:
-    """The state dict of ``model.safetensors`` (or else ``pytorch_model.bin``, which needs torch) as float32 arrays."""
+def read_weights(directory: str) -> tuple[dict[str, np.ndarray], str]:
+    """``(state dict, file)``: the state dict of ``model.safetensors`` (or else ``pytorch_model.bin``, which needs
+    torch) as float32 arrays, and the file it was read from."""
     safetensors_path = os.path.join(directory, "model.safetensors")
     torch_path = os.path.join(directory, "pytorch_model.bin")
     if os.path.exists(safetensors_path):
@@ -95,7 +96,7 @@ def read_weights(directory: str) -> dict[str, np.ndarray]:
             weights = load_file(safetensors_path)
         except Exception as error:  # the library raises its own error types for a damaged file
             raise ModelImportError(f"{safetensors_path}: cannot read it ({error})") from None
-        return {name: np.asarray(value, np.float32) for name, value in weights.items()}
+        return {name: np.asarray(value, np.float32) for name, value in weights.items()}, safetensors_path
     if os.path.exists(torch_path):
         try:
             import torch
@@ -105,7 +106,7 @@ def read_weights(directory: str) -> dict[str, np.ndarray]:
                 "or convert it to model.safetensors"
             ) from None
         state = torch.load(torch_path, map_location="cpu", weights_only=True)
-        return {name: value.float().numpy() for name, value in state.items()}
+        return {name: value.float().numpy() for name, value in state.items()}, torch_path
     raise ModelImportError(f"{directory} holds neither model.safetensors nor pytorch_model.bin")
 
 
@@ -126,13 +127,11 @@ def read_checkpoint(directory: str) -> MarianCheckpoint:
         raise ModelImportError(f"{os.path.join(directory, 'config.json')}: no {error.args[0]}") from None
     except VocabularyError as error:
         raise ModelImportError(str(error)) from None
-    weights_file = os.path.join(directory, "model.safetensors")
-    if not os.path.exists(weights_file):
-        weights_file = os.path.join(directory, "pytorch_model.bin")
+    weights, weights_file = read_weights(directory)
     return MarianCheckpoint(
         directory=directory,
         config=config,
-        weights=read_weights(directory),
+        weights=weights,
         weights_file=weights_file,
         source_spm=read_bytes(os.path.join(directory, "source.spm")),
         target_spm=read_bytes(os.path.join(directory, "target.spm")),

@@ -29,7 +29,7 @@ from tf_transformer.attention_maps import (
     words_of,
 )
 from tf_transformer.inference.decode_options import DecodeOptions
-from tf_transformer.language_codes import has_language_codes, split_language_code
+from tf_transformer.language_codes import SourcePieces
 
 UNITS_NOTE = {
     "pieces": "SentencePiece pieces",
@@ -182,7 +182,6 @@ def export_attention(model_path: str, sentences: Sequence[str]) -> tuple[int, li
     are labelled with the translation's own ids, which the signature returns; the
     source is tokenized as the graph does, with the export's ``assets/sp.model``.
     """
-    import sentencepiece as spm
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
@@ -197,17 +196,14 @@ def export_attention(model_path: str, sentences: Sequence[str]) -> tuple[int, li
     signature = tf.saved_model.load(model_path).signatures["translate_with_alignment"]
     if "ids" not in signature.structured_outputs:
         raise ValueError(f"{model_path}: its translate_with_alignment signature returns no ids; export it again")
-    vocabulary = os.path.join(model_path, "assets", "sp.model")
-    processor = spm.SentencePieceProcessor(model_file=vocabulary)
-    with open(vocabulary, "rb") as handle:
-        codes = has_language_codes(handle.read())  # a leading >>xx<< is one piece, as in the graph
+    pieces = SourcePieces.from_file(os.path.join(model_path, "assets", "sp.model"))
+    processor = pieces.processor
     results = []
     for sentence in sentences:
         outputs = signature(inputs=tf.constant([sentence]))
         ids = outputs["ids"].numpy()[0]
         target = [processor.id_to_piece(int(i)) for i in ids[: hypothesis_length(ids)]]
-        code, rest = split_language_code(sentence.strip()) if codes else (None, sentence.strip())
-        source = [*([code] if code else []), *processor.encode(rest, out_type=str), "</s>"]
+        source = [*pieces.encode(sentence.strip(), out_type=str), "</s>"]  # as the graph segments it
         attention = outputs["attention"].numpy()[0]  # [out_len, src_len], padded
         if attention.shape[1] < len(source):  # a source the export cut (--truncate_source)
             raise ValueError(

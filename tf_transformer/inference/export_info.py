@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from tf_transformer.inference.decode_options import DecodeOptions
-from tf_transformer.language_codes import has_language_codes, split_language_code
+from tf_transformer.language_codes import SourcePieces
 
 EXPORT_INFO = os.path.join("assets.extra", "tf_transformer.json")
 
@@ -111,26 +111,18 @@ class SourceLimit:
     """
 
     def __init__(self, export_path: str):
-        import sentencepiece as spm
-
         info = read_export_info(export_path)
         options = info.options
         vocabulary = os.path.join(export_path, "assets", "sp.model")
-        self.pieces = spm.SentencePieceProcessor(model_file=vocabulary) if os.path.exists(vocabulary) else None
-        self.language_codes = False
-        if self.pieces is not None:
-            with open(vocabulary, "rb") as handle:
-                self.language_codes = has_language_codes(handle.read())
+        self.pieces = SourcePieces.from_file(vocabulary) if os.path.exists(vocabulary) else None
         recorded = options is not None and not options.truncate_source and self.pieces is not None
         self.limit = options.max_source_length if recorded else None
-        self.vocab_size = info.source_vocab_size or (self.pieces.get_piece_size() if self.pieces else None)
+        self.vocab_size = info.source_vocab_size or (self.pieces.processor.get_piece_size() if self.pieces else None)
 
     def tokens(self, text: str) -> int:
         """Source tokens of ``text`` with EOS, as the graph counts them (``tf.strings.strip`` strips ASCII; a
         leading language code is one piece: :mod:`tf_transformer.language_codes`)."""
-        text = text.strip(" \t\n\v\f\r")
-        code, rest = split_language_code(text) if self.language_codes else (None, text)
-        return len(self.pieces.encode(rest)) + (code is not None) + 1
+        return len(self.pieces.encode(text.strip(" \t\n\v\f\r"))) + 1
 
     def violation(self, text: str) -> str | None:
         """Why ``text`` is refused, or ``None``."""
