@@ -12,8 +12,8 @@ pairs, as is usual for unsupervised aligners. The links both directions agree on
 
 Every decoder layer then aligns each test pair teacher-forced over the
 *reference* translation, so all layers see the same pairs
-(:func:`~tf_transformer.inference.alignment.hypothesis_attention`, then
-:func:`~tf_transformer.inference.alignment.word_alignment`: each target word to
+(:func:`~tf_transformer.decoding.alignment.hypothesis_attention`, then
+:func:`~tf_transformer.decoding.alignment.word_alignment`: each target word to
 the source word it attends to most, pieces merged into words, EOS left out as the
 export does). Words are SentencePiece words, a "▁" piece starting one, i.e. the
 whitespace-separated tokens of the raw text with punctuation attached; the IBM
@@ -116,7 +116,7 @@ def attention_links(model, processor, sources: list[str], targets: list[str], la
     """
     from tf_transformer.attention_maps import word_index
     from tf_transformer.constants import EOS_ID, PAD_ID
-    from tf_transformer.inference.alignment import hypothesis_attention, word_alignment
+    from tf_transformer.decoding.alignment import hypothesis_attention, word_alignment
 
     def encode(line):  # ids without EOS, their pieces, and whether the pieces' words are the whitespace tokens
         ids = processor.encode(line)

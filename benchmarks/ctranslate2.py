@@ -76,7 +76,7 @@ def main(argv):
 
     from benchmarks.common import machine
     from tf_transformer.evaluation import read_test_set, score
-    from tf_transformer.inference.ctranslate2_export import export_ctranslate2, import_ctranslate2
+    from tf_transformer.exporting.ctranslate2 import export_ctranslate2, import_ctranslate2
     from tf_transformer.run_dir import checkpoint_dir, checkpoints, load_run
 
     ctranslate2 = import_ctranslate2()
@@ -227,7 +227,7 @@ def greedy_identical(checkpoint, translator, sentencepiece, sentences, max_extra
     import tensorflow as tf
 
     from tf_transformer.constants import EOS_ID, PAD_ID
-    from tf_transformer.inference.greedy import greedy_search
+    from tf_transformer.decoding.greedy import greedy_search
     from tf_transformer.run_dir import restore_model
 
     model, _ = restore_model(FLAGS.model_dir, checkpoint)

@@ -23,7 +23,7 @@ import pipelines
 from benchmarks.common import machine, source_batches, timed
 from configs import get_config
 from tf_transformer import build_transformer
-from tf_transformer.inference.decode_options import DecodeOptions
+from tf_transformer.decoding.decode_options import DecodeOptions
 from tf_transformer.inference.translator import Translator
 
 FLAGS = flags.FLAGS

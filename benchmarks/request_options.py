@@ -24,7 +24,7 @@ from absl import app, flags
 
 import pipelines
 from benchmarks.common import machine, rotated
-from tf_transformer.inference.export_info import read_export_info
+from tf_transformer.exporting.export_info import read_export_info
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("export", None, "SavedModel directory (tft-export output, with its request signatures).")

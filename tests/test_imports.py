@@ -28,17 +28,19 @@ RANKS = {
     "tf_transformer.evaluation": 4,
     "tf_transformer.attention_maps": 4,  # a model's weights for one translation: training and inference draw them
     "tf_transformer.tasks": 5,  # a task's data, targets, scores and decoding defaults: every later stage asks it
-    "tf_transformer.inference": 6,
-    "tf_transformer.training": 6,
-    "tf_transformer.importing": 6,  # models trained elsewhere written as run directories
-    "tf_transformer.serving": 7,
-    "tf_transformer.cli": 8,
+    "tf_transformer.decoding": 6,  # the search engine: what runs inside a decoding graph
+    # What an export records, read without loading it (plain Python): drivers and servers read it.
+    "tf_transformer.exporting.export_info": 7,
+    "tf_transformer.training": 8,  # dev BLEU decodes with the engine
+    "tf_transformer.inference": 8,  # the drivers: the exported translator, batch translation and scoring
+    "tf_transformer.importing": 8,  # models trained elsewhere written as run directories
+    "tf_transformer.exporting": 9,  # the artifacts a run becomes: SavedModel, CTranslate2
+    "tf_transformer.serving": 10,
+    "tf_transformer.cli": 11,
 }
-# The exceptions, each with the names it may take (None: the module as a whole). Training's one
-# door into inference is the package's documented names (dev BLEU by greedy search); the root
-# package re-exports the model, loaded on first use.
+# The exceptions, each with the names it may take (None: the module as a whole): the root package
+# re-exports the model, loaded on first use.
 ALLOWED = {
-    ("tf_transformer.training", "tf_transformer.inference"): {"greedy_search", "IncrementalDecoder"},
     ("tf_transformer", "tf_transformer.model"): None,
 }
 

@@ -16,10 +16,10 @@ from benchmarks.peers import DecodeRun, DecodingWorkload, Training
 from benchmarks.peers.workload import FLAGS, concurrently, keras_fit_runner, one_after_another
 from configs import get_config
 from tf_transformer import build_transformer
+from tf_transformer.decoding.decode_options import DecodeOptions
+from tf_transformer.decoding.precision import inference_copy
+from tf_transformer.exporting.saved_model import export_translator
 from tf_transformer.flops import training_flops
-from tf_transformer.inference.decode_options import DecodeOptions
-from tf_transformer.inference.export import export_translator
-from tf_transformer.inference.precision import inference_copy
 from tf_transformer.inference.translator import Translator
 from tf_transformer.training.trainer import compile_model
 

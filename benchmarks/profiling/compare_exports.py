@@ -32,7 +32,7 @@ from absl import app, flags
 
 import pipelines
 from benchmarks.common import machine, rotated, source_batches
-from tf_transformer.inference.export_info import read_export_info
+from tf_transformer.exporting.export_info import read_export_info
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("export", None, "SavedModel directories (tft-export output); the first is the reference.")

@@ -34,7 +34,7 @@ import pipelines
 from benchmarks.common import StepTimer, source_batches, timed
 from configs import get_config
 from tf_transformer import build_transformer
-from tf_transformer.inference.decode_options import DecodeOptions
+from tf_transformer.decoding.decode_options import DecodeOptions
 from tf_transformer.inference.translator import Translator
 from tf_transformer.training.trainer import compile_model
 

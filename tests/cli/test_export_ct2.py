@@ -1,5 +1,5 @@
 """``tft-export --format ctranslate2``: flags of the other format refused, an existing output kept, a missing
-package named. None of these needs ctranslate2 (tests/inference/test_ctranslate2_export.py exports with it)."""
+package named. None of these needs ctranslate2 (tests/exporting/test_ctranslate2_export.py exports with it)."""
 
 import subprocess
 import sys
@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from tests.commands import run_command
-from tf_transformer.inference.ctranslate2_export import QUANTIZATIONS, export_ctranslate2, import_ctranslate2
+from tf_transformer.exporting.ctranslate2 import QUANTIZATIONS, export_ctranslate2, import_ctranslate2
 
 
 def test_flags_of_the_other_format_are_refused(tmp_path):

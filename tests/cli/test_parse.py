@@ -82,7 +82,7 @@ def test_tft_evaluate_names_a_sentence_whose_words_differ_from_its_tree(parser, 
 
 
 def test_the_export_records_its_task_and_the_server_answers_trees(parser, test_set):
-    from tf_transformer.inference.export_info import read_export_info
+    from tf_transformer.exporting.export_info import read_export_info
     from tf_transformer.serving.servable import Servable
 
     assert read_export_info(str(parser[1])).task == "parsing"
@@ -107,7 +107,7 @@ def test_tft_score_gives_the_log_probability_of_gold_trees(parser, test_set):
     import numpy as np
     import tensorflow as tf
 
-    from tf_transformer.inference.decode_options import DecodeOptions
+    from tf_transformer.decoding.decode_options import DecodeOptions
     from tf_transformer.inference.translator import Translator
     from tf_transformer.run_dir import restore_model
     from tf_transformer.tasks import run_tokenizer, task_of_run

@@ -104,7 +104,7 @@ def test_marian_s_layout_translates_as_ctranslate2_s_own_marian_converter(tmp_pa
 
     from tests.importing.marian_layout import MODEL_FILE, VOCAB_FILE, write_marian_directory
     from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
-    from tf_transformer.inference.greedy import greedy_search
+    from tf_transformer.decoding.greedy import greedy_search
     from tf_transformer.run_dir import restore_model
     from tf_transformer.tasks import run_tokenizer
 

@@ -15,8 +15,8 @@ import tensorflow as tf
 from pipelines.vocab import Tokenizer
 from tests.importing.marian_layout import LANGUAGE_CODES, write_multilingual_directory
 from tf_transformer.constants import EOS_ID, UNK_ID
+from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.importing.imported_run import import_opus_mt
-from tf_transformer.inference.greedy import greedy_search
 from tf_transformer.run_dir import restore_model
 from tf_transformer.tasks import run_tokenizer
 
@@ -103,9 +103,9 @@ def test_models_without_codes_read_the_arrows_as_text(tmp_path):
 
 
 def test_servers_count_a_code_as_one_token_as_the_graph_does(multilingual, tmp_path):
-    from tf_transformer.inference.decode_options import DecodeOptions
-    from tf_transformer.inference.export import export_run
-    from tf_transformer.inference.export_info import SourceLimit
+    from tf_transformer.decoding.decode_options import DecodeOptions
+    from tf_transformer.exporting.export_info import SourceLimit
+    from tf_transformer.exporting.saved_model import export_run
 
     _, run = multilingual
     tokenizer = run_tokenizer(str(run))

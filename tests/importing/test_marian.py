@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
+from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.importing.imported_run import import_opus_mt
-from tf_transformer.inference.greedy import greedy_search
 from tf_transformer.run_dir import restore_model
 from tf_transformer.tasks import run_tokenizer
 

@@ -11,10 +11,10 @@ import tensorflow as tf
 from tests.importing.marian_layout import MODEL_FILE, VOCAB_FILE, write_marian_directory
 from tests.importing.test_marian import FIXTURE, _ours, _pad_id
 from tf_transformer.constants import PAD_ID
+from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.importing.imported_run import import_opus_mt
 from tf_transformer.importing.marian import ModelImportError
 from tf_transformer.importing.vocabulary import VocabularyError, read_vocab_yml
-from tf_transformer.inference.greedy import greedy_search
 from tf_transformer.run_dir import restore_model
 
 

@@ -7,11 +7,11 @@ import tensorflow as tf
 from configs import get_config
 from pipelines import Tokenizer
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
-from tf_transformer.inference.beam_search import beam_search
-from tf_transformer.inference.decode_options import DecodeOptions, Sampling
-from tf_transformer.inference.greedy import greedy_search
-from tf_transformer.inference.sampling import filter_log_probs, sample_search
-from tf_transformer.inference.scoring import score_ids
+from tf_transformer.decoding.beam_search import beam_search
+from tf_transformer.decoding.decode_options import DecodeOptions, Sampling
+from tf_transformer.decoding.greedy import greedy_search
+from tf_transformer.decoding.sampling import filter_log_probs, sample_search
+from tf_transformer.decoding.scoring import score_ids
 from tf_transformer.inference.translator import Translator
 from tf_transformer.model import build_transformer
 from tf_transformer.run_dir import restore_model

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from tests.serving.client import request
-from tf_transformer.inference.decode_options import DecodeOptions
-from tf_transformer.inference.export_info import ExportInfo
+from tf_transformer.decoding.decode_options import DecodeOptions
+from tf_transformer.exporting.export_info import ExportInfo
 from tf_transformer.serving import make_server
 from tf_transformer.serving.servable import Servable
 

@@ -11,8 +11,8 @@ import tensorflow as tf
 
 from configs import get_config
 from tests.corpora import tiny_options
+from tf_transformer.exporting.saved_model import export_run
 from tf_transformer.files import WriteError
-from tf_transformer.inference.export import export_run
 from tf_transformer.run_dir import restore_model
 from tf_transformer.training.averaging import average_checkpoints
 from tf_transformer.training.trainer import train

@@ -136,7 +136,7 @@ def model_task(model: str | None, model_dir: str | None):
     from tf_transformer.tasks import get_task, task_of_run
 
     if model:
-        from tf_transformer.inference.export_info import read_export_info
+        from tf_transformer.exporting.export_info import read_export_info
 
         info = read_export_info(model)
         return get_task(info.task, info.linearization)

@@ -123,7 +123,7 @@ def main(argv):
             layer = penultimate(config.num_layers) if FLAGS.layer is None else FLAGS.layer
             if layer >= config.num_layers:
                 raise ValueError(f"--layer {layer}: the model has layers 0 to {config.num_layers - 1}")
-            from tf_transformer.inference.decode_options import DecodeOptions
+            from tf_transformer.decoding.decode_options import DecodeOptions
 
             options = DecodeOptions.from_config(config, beam_size=FLAGS.beam_size, alpha=FLAGS.alpha)
             results = report.run_attention(FLAGS.model_dir, sentences, FLAGS.checkpoint, options)

@@ -73,7 +73,7 @@ def main(argv):
         try:
             checkpoint = resolve_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
             print(f"checkpoint: {checkpoint}", file=sys.stderr, flush=True)
-            from tf_transformer.inference.decode_options import DecodeOptions
+            from tf_transformer.decoding.decode_options import DecodeOptions
 
             options = DecodeOptions.for_run(FLAGS.model_dir, beam_size=FLAGS.beam_size, alpha=FLAGS.alpha)
             results = translate_with_checkpoint(

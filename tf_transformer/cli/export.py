@@ -139,9 +139,9 @@ def main(argv):
         return
     if FLAGS.alignment_layer is not None and (not FLAGS.alignment or FLAGS.ids_only):
         raise app.UsageError("--alignment_layer needs the alignment signature: not with --noalignment or --ids_only")
+    from tf_transformer.decoding.decode_options import DecodeOptions
+    from tf_transformer.exporting.saved_model import export_run
     from tf_transformer.files import ReadError, WriteError
-    from tf_transformer.inference.decode_options import DecodeOptions
-    from tf_transformer.inference.export import export_run
     from tf_transformer.run_dir import CheckpointError, resolve_checkpoint
 
     try:
@@ -179,8 +179,8 @@ def main(argv):
 
 def main_ctranslate2():
     """``--format ctranslate2``: the run's weights as a CTranslate2 model directory."""
+    from tf_transformer.exporting.ctranslate2 import export_ctranslate2
     from tf_transformer.files import ReadError, WriteError
-    from tf_transformer.inference.ctranslate2_export import export_ctranslate2
     from tf_transformer.run_dir import CheckpointError, resolve_checkpoint
 
     try:

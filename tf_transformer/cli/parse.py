@@ -61,7 +61,7 @@ def main(argv):
         if FLAGS.model:
             translate = export_translate(FLAGS.model)
         else:
-            from tf_transformer.inference.decode_options import DecodeOptions
+            from tf_transformer.decoding.decode_options import DecodeOptions
 
             options = DecodeOptions.for_run(FLAGS.model_dir, beam_size=FLAGS.beam_size, alpha=FLAGS.alpha)
             run = checkpoint_translate(FLAGS.model_dir, options)

@@ -53,12 +53,12 @@ def main(argv):
     pairs = [(source, task.target_text(reference)) for source, reference in zip(sources, references, strict=True)]
     try:
         if FLAGS.model:
-            from tf_transformer.inference.export_info import read_export_info
+            from tf_transformer.exporting.export_info import read_export_info
 
             scorer = batch_scoring.export_scorer(FLAGS.model)
             recorded = read_export_info(FLAGS.model).options
         else:
-            from tf_transformer.inference.decode_options import DecodeOptions
+            from tf_transformer.decoding.decode_options import DecodeOptions
             from tf_transformer.run_dir import resolve_checkpoint
 
             checkpoint = resolve_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
@@ -75,7 +75,7 @@ def main(argv):
     try:
         scores = batch_scoring.score_pairs(scorer, pairs, FLAGS.batch_size, progress)
     except Exception as error:
-        from tf_transformer.inference.export_info import graph_error
+        from tf_transformer.exporting.export_info import graph_error
 
         if "longer than this model" in str(error):  # a target too long for the model
             raise app.UsageError(graph_error(error)) from None

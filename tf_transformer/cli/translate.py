@@ -126,7 +126,7 @@ def main(argv):
                 "--sampling draws one output per line: it takes no --nbest, --target_prefix, "
                 "--beam_size, --alpha or --min_length"
             )
-        from tf_transformer.inference.decode_options import Sampling
+        from tf_transformer.decoding.decode_options import Sampling
 
         try:
             sampling = Sampling(FLAGS.temperature, FLAGS.top_k, FLAGS.top_p, FLAGS.seed)
@@ -157,7 +157,7 @@ def main(argv):
 
             checkpoint = resolve_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
             print(f"checkpoint: {checkpoint}", file=sys.stderr, flush=True)
-            from tf_transformer.inference.decode_options import DecodeOptions
+            from tf_transformer.decoding.decode_options import DecodeOptions
 
             options = DecodeOptions.for_run(FLAGS.model_dir, batch_parts=FLAGS.batch_parts, **search_flags)
             translate = checkpoint_translate(FLAGS.model_dir, options, FLAGS.nbest, checkpoint, sampling, with_prefix)
@@ -195,7 +195,7 @@ def main(argv):
 
         if not isinstance(error, tf.errors.InvalidArgumentError):
             raise
-        from tf_transformer.inference.export_info import graph_error
+        from tf_transformer.exporting.export_info import graph_error
 
         sys.stdout.flush()
         print(file=sys.stderr)

@@ -1,23 +1,19 @@
-"""Everything after training: search, the decoding cache, the exported module, export, batch translation.
+"""The drivers of decoding: the exported translator, and translating or scoring many lines from Python.
 
-Imports nothing from :mod:`tf_transformer.training`; training uses
-:func:`greedy_search` (dev BLEU) and :class:`IncrementalDecoder` from here, and
-nothing else. The names below load their module on first use, so that a
-command-line entry point can parse its flags before TensorFlow starts.
+:class:`Translator` puts tokenization, the search (:mod:`tf_transformer.decoding`)
+and detokenization in one graph: it is what an export holds and what a run
+directory decodes with. :mod:`.batch_translation` and :mod:`.batch_scoring`
+feed it (or a loaded export) sentences in length-sorted batches and streams, and
+:mod:`.attention_report` draws what one translation attended to. Nothing here
+writes artifacts (:mod:`tf_transformer.exporting`) or serves requests
+(:mod:`tf_transformer.serving`). The names below load their module on first use,
+so that a command-line entry point can parse its flags before TensorFlow starts.
 """
 
 import importlib
 
 _EXPORTS = {
-    "DecodeOptions": "decode_options",
-    "IncrementalDecoder": "incremental",
     "Translator": "translator",
-    "beam_search": "beam_search",
-    "export_run": "export",
-    "export_translator": "export",
-    "greedy_search": "greedy",
-    "inference_copy": "precision",
-    "length_penalty": "beam_search",
     "translate_lines": "batch_translation",
     "translate_with_checkpoint": "batch_translation",
 }

@@ -28,7 +28,7 @@ from tf_transformer.attention_maps import (
     merge_pieces,
     words_of,
 )
-from tf_transformer.inference.decode_options import DecodeOptions
+from tf_transformer.decoding.decode_options import DecodeOptions
 from tf_transformer.language_codes import SourcePieces
 
 UNITS_NOTE = {
@@ -148,7 +148,7 @@ def run_attention(
 ) -> list[tuple[str, str, AttentionMaps]]:
     """``(source, translation, maps)`` for each sentence with a run's checkpoint (beam search, then every weight).
 
-    ``options``: the search's :class:`~tf_transformer.inference.decode_options.DecodeOptions`
+    ``options``: the search's :class:`~tf_transformer.decoding.decode_options.DecodeOptions`
     (by default the run's).
     """
     import tensorflow as tf
@@ -185,7 +185,7 @@ def export_attention(model_path: str, sentences: Sequence[str]) -> tuple[int, li
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
-    from tf_transformer.inference.export_info import read_export_info
+    from tf_transformer.exporting.export_info import read_export_info
 
     info = read_export_info(model_path)
     if "translate_with_alignment" not in info.signatures:

@@ -10,7 +10,7 @@ from tf_transformer.inference.batch_translation import _translate_batches
 
 @dataclasses.dataclass(frozen=True)
 class PairScore:
-    """One pair's score (:func:`~tf_transformer.inference.scoring.score_ids`).
+    """One pair's score (:func:`~tf_transformer.decoding.scoring.score_ids`).
 
     ``log_prob``: the target's log-probability, the sum of ``token_log_probs``
     (one per target token, EOS last); ``length``: the tokens, EOS counted.
@@ -56,7 +56,7 @@ def checkpoint_scorer(model_dir: str, checkpoint: str | None = None) -> Callable
     """``score(batch of (source, target)) → [PairScore, …]`` with a run's checkpoint."""
     import tensorflow as tf
 
-    from tf_transformer.inference.decode_options import DecodeOptions
+    from tf_transformer.decoding.decode_options import DecodeOptions
     from tf_transformer.inference.translator import Translator
     from tf_transformer.run_dir import restore_model
     from tf_transformer.tasks import run_tokenizer

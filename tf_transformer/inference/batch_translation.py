@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 
-from tf_transformer.inference.decode_options import DecodeOptions, Sampling
+from tf_transformer.decoding.decode_options import DecodeOptions, Sampling
 
 
 def export_translate(
@@ -28,7 +28,7 @@ def export_translate(
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
-    from tf_transformer.inference.export_info import read_export_info
+    from tf_transformer.exporting.export_info import read_export_info
 
     signatures = tf.saved_model.load(model_path).signatures
     if sampling is not None:
@@ -132,7 +132,7 @@ def checked_sources(lines: Iterable[str], model_path: str, name: str) -> Iterato
     line, instead of the whole batch failing inside the graph with no line named.
     """
     from pipelines import DataError
-    from tf_transformer.inference.export_info import SourceLimit
+    from tf_transformer.exporting.export_info import SourceLimit
 
     limits = SourceLimit(model_path)
     for number, line in enumerate(lines, start=1):
@@ -219,7 +219,7 @@ def translate_with_checkpoint(
 ):
     """n-best ``[(text, score), …]`` per line from a run's checkpoint, with any decoding options.
 
-    ``options``: a :class:`~tf_transformer.inference.decode_options.DecodeOptions`
+    ``options``: a :class:`~tf_transformer.decoding.decode_options.DecodeOptions`
     (by default the run's); ``checkpoint`` is a checkpoint prefix, by default
     :func:`~tf_transformer.run_dir.default_checkpoint`; ``workers``: see :func:`_translate_batches`.
     """

@@ -10,12 +10,12 @@ import tensorflow as tf
 
 from pipelines.vocab import Tokenizer
 from tf_transformer.constants import EOS_ID, PAD_ID
-from tf_transformer.inference.alignment import graph_word_alignment, hypothesis_attention
-from tf_transformer.inference.beam_search import beam_search
-from tf_transformer.inference.decode_options import DecodeOptions
-from tf_transformer.inference.incremental import IncrementalDecoder
-from tf_transformer.inference.sampling import sample_search
-from tf_transformer.inference.scoring import score_ids
+from tf_transformer.decoding.alignment import graph_word_alignment, hypothesis_attention
+from tf_transformer.decoding.beam_search import beam_search
+from tf_transformer.decoding.decode_options import DecodeOptions
+from tf_transformer.decoding.incremental import IncrementalDecoder
+from tf_transformer.decoding.sampling import sample_search
+from tf_transformer.decoding.scoring import score_ids
 
 # The beam sizes an options signature compiles in (:meth:`Translator.translate_with_options`), besides the
 # export's own: the search builds its beam into its shapes, so a request picks one of a fixed set.
@@ -28,14 +28,14 @@ class Translator(tf.Module):
     Args:
       model: the trained model.
       tokenizer: the shared SentencePiece tokenizer of the run.
-      options: how to decode (:class:`~tf_transformer.inference.decode_options.DecodeOptions`:
+      options: how to decode (:class:`~tf_transformer.decoding.decode_options.DecodeOptions`:
         beam, α, length limits, batch parts, the longest source), fixed for the
         translator's life (default: the paper's); ``DecodeOptions.from_config`` fills
         in a run's defaults.
       freeze_weights: lay the decoder's kernels out for decoding once, now, and keep
         them as variables (``frozen_weights``, saved with an export), instead of
         per search. A frozen translator does not follow later changes of the
-        model's weights; :func:`~tf_transformer.inference.export.export_translator`
+        model's weights; :func:`~tf_transformer.exporting.saved_model.export_translator`
         exports a frozen copy (:meth:`frozen`).
     """
 
@@ -84,7 +84,7 @@ class Translator(tf.Module):
         translator's options for this call (α, ``min_length`` and
         ``max_extra_length`` may be scalar tensors: one graph for any value).
         ``prefix_ids`` ``int32[batch, prefix_len]`` (0-padded, no EOS): each
-        output starts with its row's prefix (:func:`~tf_transformer.inference.beam_search.beam_search`'s
+        output starts with its row's prefix (:func:`~tf_transformer.decoding.beam_search.beam_search`'s
         ``forced_ids``), and may be one token longer than it whatever the other limits.
 
         Returns ``(ids int32[batch, beam, out_len], scores float32[batch, beam], steps)``.
@@ -288,7 +288,7 @@ class Translator(tf.Module):
     def score(self, texts, targets, alpha=None):
         """The model's log-probability of each of ``targets`` given its source in ``texts`` (teacher-forced).
 
-        ``string[batch]`` each → :func:`~tf_transformer.inference.scoring.score_ids`'s
+        ``string[batch]`` each → :func:`~tf_transformer.decoding.scoring.score_ids`'s
         ``log_probs`` and ``scores`` ``float32[batch]`` (with α, by default the
         translator's), ``token_log_probs`` ``float32[batch, len]`` and ``lengths``
         ``int32[batch]`` (EOS counted). A target is text as a translation of
@@ -391,7 +391,7 @@ class Translator(tf.Module):
         }
 
     def sample(self, texts, seed, temperature=1.0, top_k=0, top_p=1.0, max_extra_length=None):
-        """Translations of ``texts`` sampled (:func:`~tf_transformer.inference.sampling.sample_search`), one each.
+        """Translations of ``texts`` sampled (:func:`~tf_transformer.decoding.sampling.sample_search`), one each.
 
         Returns ``translations`` ``string[batch]`` and ``scores`` ``float32[batch]``,
         each output's log-probability under the model (not length-normalized).
@@ -438,7 +438,7 @@ class Translator(tf.Module):
         ``layer``: the decoder layer whose encoder–decoder attention (heads
         averaged) aligns, counting from 0 (negative: from the top). Returns, besides
         ``translations`` and ``scores``, ``alignments: string[batch]`` of
-        source-target word pairs ``"i-j …"`` (:mod:`~tf_transformer.inference.alignment`),
+        source-target word pairs ``"i-j …"`` (:mod:`~tf_transformer.decoding.alignment`),
         ``attention: float32[batch, out_len, src_len]`` over the pieces with EOS, and
         ``ids: int32[batch, out_len]``, the translation's pieces that label the
         attention's rows (0-padded; all 0 for an empty input). The attention comes

@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 from absl import logging
 
-from tf_transformer.inference.export_info import graph_error
+from tf_transformer.exporting.export_info import graph_error
 from tf_transformer.serving.batching import BatchScheduler
 from tf_transformer.serving.requests import (
     ClientError,

@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from tf_transformer.constants import EOS_ID, PAD_ID
-from tf_transformer.inference.export_info import PADDED_AXES, SourceLimit, read_export_info
+from tf_transformer.exporting.export_info import PADDED_AXES, SourceLimit, read_export_info
 from tf_transformer.serving.requests import ClientError, PredictRequest
 from tf_transformer.tasks import get_task
 
@@ -15,7 +15,7 @@ from tf_transformer.tasks import get_task
 class Servable:
     """The SavedModel at ``path``, served as ``version``.
 
-    The limits an export records (:class:`~tf_transformer.inference.export_info.SourceLimit`:
+    The limits an export records (:class:`~tf_transformer.exporting.export_info.SourceLimit`:
     the longest source, the vocabulary size) are checked here per request, so
     that a request that would fail inside the graph, or take the server's
     memory, fails alone before it is merged with others into a batch. Exports
@@ -103,7 +103,7 @@ class Servable:
     def fit(self, signature: str, rows: list, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``rows``' share of a merged batch's ``outputs``, cut to the shapes :meth:`run` of ``rows`` alone gives.
 
-        Cuts the axes :data:`~tf_transformer.inference.export_info.PADDED_AXES` names. Where
+        Cuts the axes :data:`~tf_transformer.exporting.export_info.PADDED_AXES` names. Where
         an export does not record what fixes a length (one written before
         ``assets.extra/tf_transformer.json``), the axis loses only its trailing all-zero entries.
         """

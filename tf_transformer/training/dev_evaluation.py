@@ -1,7 +1,7 @@
 """Dev-set evaluation during training: the task's score by greedy search each epoch (BLEU for translation,
 F1 for parsing), sample outputs, attention images.
 
-Greedy search over the decoding cache (:mod:`tf_transformer.inference`), so
+Greedy search over the decoding cache (:mod:`tf_transformer.decoding`), so
 the dev score each epoch costs seconds; the beam search of the paper (sections
 6.1, 6.3) is for evaluation after training (``tft-evaluate``).
 """
@@ -16,7 +16,7 @@ import pipelines
 from tf_transformer.attention_figures import head_grid, png_bytes
 from tf_transformer.attention_maps import AttentionMaps, attention_maps, hypothesis_length, penultimate
 from tf_transformer.constants import EOS_ID
-from tf_transformer.inference import IncrementalDecoder, greedy_search
+from tf_transformer.decoding import IncrementalDecoder, greedy_search
 
 
 def _greedy(model, max_extra_length: int):

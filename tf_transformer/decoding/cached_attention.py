@@ -5,7 +5,7 @@ grouped by sentence, and a group attends over keys it shares: the
 encoder-decoder keys of its sentence, stored transposed once per search
 (:func:`transposed_key_attention`), or the decoder's self-attention cache,
 stored in blocks of positions (:func:`blocked_attention`; the blocks are
-described in :mod:`tf_transformer.inference.cache`). The functions take a
+described in :mod:`tf_transformer.decoding.cache`). The functions take a
 :class:`~tf_transformer.layers.attention.MultiHeadAttention` and use only its
 documented inference interface (``num_heads``, ``key_dim``, ``value_dim``,
 ``key_dense``, ``value_dense``, ``split_heads``).
@@ -17,7 +17,7 @@ import tensorflow as tf
 from keras import ops
 
 from tf_transformer.constants import MASK_VALUE
-from tf_transformer.inference.kernels import project
+from tf_transformer.decoding.kernels import project
 
 
 def blocked_attention(query, key, value, attention_mask):
@@ -74,7 +74,7 @@ def project_key_value(attention, memory, tokens=None):
 
     Returns ``(keys [batch, heads, d_k, len], values [batch, heads, len, d_v])``:
     the keys transposed, as :func:`transposed_key_attention` takes them. With
-    ``tokens`` (a :class:`~tf_transformer.inference.packing.TokenPacking` of
+    ``tokens`` (a :class:`~tf_transformer.decoding.packing.TokenPacking` of
     the memory's real positions) only those rows are projected; padded
     positions, which attention masks, get zeros.
     """
@@ -108,7 +108,7 @@ def split_query_key_value(attention, projected, size):
     """Rows projected by the fused self-attention kernel → query, key and value heads.
 
     ``projected`` is ``[groups * size, h·d_k + h·d_k + h·d_v]`` (see
-    :func:`~tf_transformer.inference.kernels.attention_kernels`), ``size`` rows
+    :func:`~tf_transformer.decoding.kernels.attention_kernels`), ``size`` rows
     per group; returns three ``[groups, heads, size, d]``. When ``d_k == d_v``
     one transpose moves all three and slicing its first axis shares the
     buffer; otherwise each is split and moved.

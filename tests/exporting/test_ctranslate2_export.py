@@ -16,15 +16,15 @@ import tensorflow as tf
 from configs import TransformerConfig, get_config
 from tests.commands import run_command
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
-from tf_transformer.inference.ctranslate2_export import (
+from tf_transformer.decoding.decode_options import DecodeOptions
+from tf_transformer.decoding.greedy import greedy_search
+from tf_transformer.exporting.ctranslate2 import (
     check_supported,
     export_ctranslate2,
     spec_converter,
     transformer_spec,
     vocabulary_tokens,
 )
-from tf_transformer.inference.decode_options import DecodeOptions
-from tf_transformer.inference.greedy import greedy_search
 from tf_transformer.model import build_transformer
 from tf_transformer.run_dir import restore_model
 

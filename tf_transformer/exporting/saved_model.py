@@ -22,8 +22,8 @@ load it, and clients tokenize with ``assets/sp.model``.
 
 ``assets.extra/tf_transformer.json`` records what a server checks before running a
 request (the longest source, the vocabulary size) and the decoding settings fixed in
-the graph (:class:`~tf_transformer.inference.decode_options.DecodeOptions`); TF
-Serving ignores the file, and :mod:`tf_transformer.inference.export_info` reads it.
+the graph (:class:`~tf_transformer.decoding.decode_options.DecodeOptions`); TF
+Serving ignores the file, and :mod:`tf_transformer.exporting.export_info` reads it.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ import keras
 import tensorflow as tf
 
 from pipelines import target_model_beside
+from tf_transformer.decoding.decode_options import DecodeOptions
+from tf_transformer.decoding.precision import inference_copy
+from tf_transformer.exporting.export_info import REQUEST_TIME_SIGNATURES, ExportInfo, write_export_info
 from tf_transformer.files import replace_directory, staging_directory, write_failed
-from tf_transformer.inference.decode_options import DecodeOptions
-from tf_transformer.inference.export_info import REQUEST_TIME_SIGNATURES, ExportInfo, write_export_info
-from tf_transformer.inference.precision import inference_copy
 from tf_transformer.inference.translator import Translator
 from tf_transformer.run_dir import load_run, restore_model, vocabulary_path
 from tf_transformer.tasks import Task, run_tokenizer, task_of_run
@@ -51,7 +51,7 @@ def export_info(
     task: Task | None = None,
     request_signatures: bool = False,
 ) -> ExportInfo:
-    """What :data:`~tf_transformer.inference.export_info.EXPORT_INFO` records for ``translator``."""
+    """What :data:`~tf_transformer.exporting.export_info.EXPORT_INFO` records for ``translator``."""
     model = translator.model
     return ExportInfo(
         signatures=("serving_default", "translate_ids")
@@ -214,7 +214,7 @@ def export_run(
     (what Garg et al. 2019 found best in 6-layer models); ``None`` for no such signature.
     ``request_signatures``: see :func:`export_translator`.
     ``dtype`` (e.g. ``"bfloat16"``) stores and computes the weights in that dtype
-    (:func:`~tf_transformer.inference.precision.inference_copy`); by default float32.
+    (:func:`~tf_transformer.decoding.precision.inference_copy`); by default float32.
     """
     model, config = restore_model(model_dir, checkpoint)
     options = options or DecodeOptions.from_config(config)

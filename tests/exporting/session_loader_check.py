@@ -6,7 +6,7 @@ it), so that it checks the export's ops against that op set. It is a stand-in:
 TF 2.12's Python session loader, not TF Serving's binary, which cannot be
 installed here. It imports nothing from this project.
 
-    .venv-tf212/bin/python tools/session_loader_check.py EXPORT '{"strings": ["a b"], "ids": [[9, 3]]}'
+    .venv-tf212/bin/python tests/exporting/session_loader_check.py EXPORT '{"strings": ["a b"], "ids": [[9, 3]]}'
 
 Each signature is fed by its SignatureDef's tensor names: an input named in
 ``named`` gets that value (the scalar settings of ``translate_with_options`` and

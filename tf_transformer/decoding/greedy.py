@@ -6,7 +6,7 @@ keep a live hypothesis over a finished one; greedy search ends a sentence at its
 first EOS. Section 6.1's maximum output length applies: input length +
 ``max_extra_length``. :func:`single_search` is the loop, over the decoding
 cache, with the choice of each next token left to its caller: the most probable
-(:func:`greedy_search`) or a draw (:mod:`tf_transformer.inference.sampling`).
+(:func:`greedy_search`) or a draw (:mod:`tf_transformer.decoding.sampling`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
-from tf_transformer.inference.beam_search import NEG_INF
-from tf_transformer.inference.incremental import IncrementalDecoder
+from tf_transformer.decoding.beam_search import NEG_INF
+from tf_transformer.decoding.incremental import IncrementalDecoder
 
 
 def single_search(
@@ -40,7 +40,7 @@ def single_search(
       max_output_length: an absolute cap on the output length besides that.
       min_length: no EOS before this many output tokens (EOS counted); the default
         2 keeps EOS from coming first, so a non-empty source never gets an empty output.
-      decoding: an :class:`~tf_transformer.inference.incremental.IncrementalDecoder`
+      decoding: an :class:`~tf_transformer.decoding.incremental.IncrementalDecoder`
         of ``model`` to reuse (one is made by default).
       weights: the decoder's kernels laid out for decoding, if kept (``Translator.frozen_weights``).
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from configs import get_config
-from tf_transformer.inference.decode_options import DecodeOptions
+from tf_transformer.decoding.decode_options import DecodeOptions
 
 
 def test_from_config_takes_the_configs_defaults_and_the_flags_given():

@@ -18,11 +18,11 @@ import pytest
 import tensorflow as tf
 
 from tests.commands import export_cli
-from tf_transformer.inference.export_info import EXPORT_INFO, REQUEST_TIME_SIGNATURES
+from tf_transformer.exporting.export_info import EXPORT_INFO, REQUEST_TIME_SIGNATURES
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SERVING_PYTHON = ROOT / ".venv-tf212" / "bin" / "python"
-CHECK = ROOT / "tools" / "session_loader_check.py"
+CHECK = pathlib.Path(__file__).with_name("session_loader_check.py")
 INPUTS = {
     "strings": ["alpha beta gamma", "", "zeta omega", "omega 🙂 sigma", ">>deu<< alpha beta"],
     "ids": [[9, 10, 11, 3], [12, 3, 0, 0]],

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tf_transformer.inference.beam_search import NEG_INF
-from tf_transformer.inference.greedy import single_search
+from tf_transformer.decoding.beam_search import NEG_INF
+from tf_transformer.decoding.greedy import single_search
 
 
 def filter_log_probs(log_probs, temperature=1.0, top_k=0, top_p=1.0):
@@ -70,7 +70,7 @@ def sample_search(
     ``seed``: an integer (or ``int32``/``int64`` scalar tensor); see the module
     for what it makes reproducible. ``temperature``, ``top_k``, ``top_p``: see
     :func:`filter_log_probs` (scalars or scalar tensors). Lengths as
-    :func:`~tf_transformer.inference.greedy.single_search`, as are ``decoding`` and ``weights``.
+    :func:`~tf_transformer.decoding.greedy.single_search`, as are ``decoding`` and ``weights``.
 
     Returns ``(ids int32[batch, out_len], log_probs float32[batch])``: the
     outputs (EOS-terminated, 0-padded) and their log-probabilities under the

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import tensorflow as tf
 from keras import ops
 
-from tf_transformer.inference.xla import in_xla
+from tf_transformer.decoding.xla import in_xla
 
 # Positions per block of the cache.
 CACHE_BLOCK = 8

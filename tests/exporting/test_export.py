@@ -15,9 +15,9 @@ from tests.commands import BIN, export_cli
 from tests.corpora import WORDS
 from tf_transformer.attention_maps import attention_maps, hypothesis_length
 from tf_transformer.constants import EOS_ID
-from tf_transformer.inference.decode_options import DecodeOptions
-from tf_transformer.inference.export import export_run
-from tf_transformer.inference.export_info import EXPORT_INFO, SourceLimit, graph_error, read_export_info
+from tf_transformer.decoding.decode_options import DecodeOptions
+from tf_transformer.exporting.export_info import EXPORT_INFO, SourceLimit, graph_error, read_export_info
+from tf_transformer.exporting.saved_model import export_run
 from tf_transformer.inference.translator import Translator
 from tf_transformer.run_dir import restore_model
 

@@ -3,7 +3,7 @@
 A server checks each request against the limits an export records before any
 graph runs, and cuts a merged batch's padded outputs back per request; it does
 so with this module, which imports neither Keras nor the model (nor TensorFlow).
-:mod:`tf_transformer.inference.export` writes what is read here.
+:mod:`tf_transformer.exporting.saved_model` writes what is read here.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import os
 from typing import Any
 
-from tf_transformer.inference.decode_options import DecodeOptions
+from tf_transformer.decoding.decode_options import DecodeOptions
 from tf_transformer.language_codes import SourcePieces
 
 EXPORT_INFO = os.path.join("assets.extra", "tf_transformer.json")

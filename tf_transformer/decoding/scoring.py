@@ -5,7 +5,7 @@ What fairseq's ``--score-reference``, Marian's ``marian-scorer`` and CTranslate2
 as the decoder computes it during training (section 3.1: the target shifted
 right, BOS first), token by token and summed. The sum divided by GNMT's length
 penalty of the target's length (EOS counted) is the score beam search ranks
-finished hypotheses by (:func:`~tf_transformer.inference.beam_search.length_penalty`),
+finished hypotheses by (:func:`~tf_transformer.decoding.beam_search.length_penalty`),
 so scoring a search's best output gives back the search's score.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tf_transformer.constants import BOS_ID, PAD_ID
-from tf_transformer.inference.beam_search import length_penalty
+from tf_transformer.decoding.beam_search import length_penalty
 
 
 def score_ids(model, source_ids, target_ids, alpha):

@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 import tensorflow as tf
 
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
-from tf_transformer.inference.top_k import top_k_rows
-from tf_transformer.inference.xla import in_xla
+from tf_transformer.decoding.top_k import top_k_rows
+from tf_transformer.decoding.xla import in_xla
 
 NEG_INF = -1.0e9
 
@@ -303,7 +303,7 @@ def beam_search(
       batch_size: scalar.
       max_lengths: ``int32[batch]``: most tokens (EOS included) each row may produce.
       beam_size: K. One beam with α > 0 is not greedy search: a finished hypothesis can
-        lose to a longer live one (greedy search: :mod:`tf_transformer.inference.greedy`).
+        lose to a longer live one (greedy search: :mod:`tf_transformer.decoding.greedy`).
       alpha: length penalty exponent; 0 disables it.
       min_length: no EOS before this many output tokens (EOS counted).
       reorder_cache: ``(cache, beams int32[batch, K]) → cache`` where beam ``k``

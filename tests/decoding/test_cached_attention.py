@@ -3,7 +3,7 @@
 import numpy as np
 
 from tests.layers.test_attention import np_attention
-from tf_transformer.inference.cached_attention import blocked_attention, transposed_key_attention
+from tf_transformer.decoding.cached_attention import blocked_attention, transposed_key_attention
 
 RNG = np.random.default_rng(2)
 

@@ -4,7 +4,7 @@ import numpy as np
 
 from configs import get_config
 from tf_transformer import build_transformer
-from tf_transformer.inference.precision import inference_copy
+from tf_transformer.decoding.precision import inference_copy
 
 
 def test_inference_copy_holds_bfloat16_weights_and_matches_mixed_precision():

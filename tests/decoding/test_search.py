@@ -7,14 +7,14 @@ import pytest
 import tensorflow as tf
 
 from configs import get_config
-from tests.inference.reference import reference_greedy
+from tests.decoding.reference import reference_greedy
 from tf_transformer import build_transformer
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
-from tf_transformer.inference.beam_search import beam_search, length_penalty
-from tf_transformer.inference.decode_options import DecodeOptions
-from tf_transformer.inference.greedy import greedy_search
-from tf_transformer.inference.incremental import IncrementalDecoder
-from tf_transformer.inference.packing import encode_tokens
+from tf_transformer.decoding.beam_search import beam_search, length_penalty
+from tf_transformer.decoding.decode_options import DecodeOptions
+from tf_transformer.decoding.greedy import greedy_search
+from tf_transformer.decoding.incremental import IncrementalDecoder
+from tf_transformer.decoding.packing import encode_tokens
 from tf_transformer.inference.translator import Translator
 
 RNG = np.random.default_rng(5)
@@ -330,7 +330,7 @@ def test_beam_search_first_step_fn_changes_nothing():
 @pytest.mark.parametrize("n,k", [(8000, 8), (1280, 2), (4096, 16), (1031, 8)])
 def test_chunked_top_k_equals_top_k(n, k):
     """Same values, indices and tie order as tf.math.top_k, ties and all-equal rows included."""
-    from tf_transformer.inference.top_k import top_k_rows
+    from tf_transformer.decoding.top_k import top_k_rows
 
     x = RNG.integers(-20, 5, (3, 4, n)).astype("float32")  # many ties
     x[0, 0] = 1.0  # one row all equal
@@ -344,7 +344,7 @@ def test_chunked_top_k_equals_top_k(n, k):
 @pytest.mark.parametrize("n,k", [(8000, 8), (1031, 8), (6, 8)])
 def test_chunked_top_k_of_sums_equals_top_k(n, k):
     """With per-part offsets: the top-k of x + offsets flattened, ties (across parts too) and all."""
-    from tf_transformer.inference.top_k import top_k_rows
+    from tf_transformer.decoding.top_k import top_k_rows
 
     x = RNG.integers(-20, 5, (3, 4, n)).astype("float32")  # many ties, within and across parts
     x[0] = 1.0  # all equal
@@ -377,7 +377,7 @@ def test_beam_search_ties_go_to_the_lower_beam_then_the_lower_token(vocab):
 @pytest.mark.parametrize("eos_banned", [False, True])
 def test_ban_tokens_sets_pad_bos_and_eos_only(vocab, eos_banned):
     """In place or as a select (vocabulary 67: no width divides it; under XLA), only the banned ids change."""
-    from tf_transformer.inference.beam_search import NEG_INF, ban_tokens
+    from tf_transformer.decoding.beam_search import NEG_INF, ban_tokens
 
     x = RNG.normal(size=(3, 4, vocab)).astype("float32")
     expected = x.copy()
@@ -392,7 +392,7 @@ def test_ban_tokens_sets_pad_bos_and_eos_only(vocab, eos_banned):
 
 def _reference_continuations(log_probs, live_log_probs, step, min_length, max_lengths):
     """The selection as one vocabulary-wide additive bias, then a plain top-k: what top_continuations replaces."""
-    from tf_transformer.inference.beam_search import NEG_INF
+    from tf_transformer.decoding.beam_search import NEG_INF
 
     batch, k, vocab = log_probs.shape
     tokens = np.arange(vocab)
@@ -409,7 +409,7 @@ def _reference_continuations(log_probs, live_log_probs, step, min_length, max_le
 @pytest.mark.parametrize("step", [0, 4, 9])
 def test_top_continuations_equal_a_vocabulary_wide_bias(vocab, step):
     """Same picks, values and order as the bias formulation; banned picks (dead) only where it has them too."""
-    from tf_transformer.inference.beam_search import NEG_INF, top_continuations
+    from tf_transformer.decoding.beam_search import NEG_INF, top_continuations
 
     batch, k = 6, 4
     logits = RNG.normal(size=(batch, k, vocab)).astype("float32") * 3

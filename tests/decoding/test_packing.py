@@ -7,7 +7,7 @@ import tensorflow as tf
 from configs import get_config
 from tests.test_model import random_ids
 from tf_transformer import build_transformer
-from tf_transformer.inference.packing import encode_tokens
+from tf_transformer.decoding.packing import encode_tokens
 
 
 @pytest.mark.parametrize("overrides", [{}, {"pre_norm": True, "position": "learned", "attention_bias": True}])

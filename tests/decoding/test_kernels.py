@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tf_transformer.cpu import cpu_info
-from tf_transformer.inference import kernels
+from tf_transformer.decoding import kernels
 from tf_transformer.layers import PositionwiseFeedForward
 
 RNG = np.random.default_rng(1)

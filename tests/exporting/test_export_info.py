@@ -4,8 +4,8 @@ import json
 import subprocess
 import sys
 
-from tf_transformer.inference.decode_options import DecodeOptions
-from tf_transformer.inference.export_info import EXPORT_INFO, ExportInfo, read_export_info, write_export_info
+from tf_transformer.decoding.decode_options import DecodeOptions
+from tf_transformer.exporting.export_info import EXPORT_INFO, ExportInfo, read_export_info, write_export_info
 
 # assets.extra/tf_transformer.json as tft-export wrote it before the options took today's names.
 EARLIER = {
@@ -65,7 +65,7 @@ def test_an_export_without_the_file_records_nothing(tmp_path):
 def test_the_server_reads_exports_without_keras_or_the_model():
     """The server's modules, and the reading of an export, import neither Keras nor the model."""
     script = (
-        "import sys, json; import tf_transformer.inference.export_info, tf_transformer.serving, "
+        "import sys, json; import tf_transformer.exporting.export_info, tf_transformer.serving, "
         "tf_transformer.serving.http_server, tf_transformer.serving.servable; "
         "print(json.dumps(sorted(m for m in sys.modules if m == 'keras' or m.startswith(('keras.', "
         "'tf_transformer.model', 'tf_transformer.layers'))))) "

@@ -19,7 +19,7 @@ class DecodeOptions:
     """How beam search decodes (section 6.1), and the limits an export enforces.
 
     Args:
-      beam_size: K (4 in the paper); for greedy search see :mod:`tf_transformer.inference.greedy`.
+      beam_size: K (4 in the paper); for greedy search see :mod:`tf_transformer.decoding.greedy`.
       alpha: the GNMT length penalty's exponent α (0.6 in the paper; 0: none).
       max_extra_length: each output is at most its input's length + this many tokens,
         EOS counted (50 in the paper).
@@ -112,7 +112,7 @@ class DecodeOptions:
 
 @dataclasses.dataclass(frozen=True)
 class Sampling:
-    """How :mod:`~tf_transformer.inference.sampling` draws each next token, instead of a beam search.
+    """How :mod:`~tf_transformer.decoding.sampling` draws each next token, instead of a beam search.
 
     Args:
       temperature: the log-probabilities are divided by this (below 1: sharper; above: flatter).

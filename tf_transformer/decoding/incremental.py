@@ -4,9 +4,9 @@
 and computes, for each hypothesis's newest token, what the model's ``decode``
 computes at that position, reusing everything earlier positions already
 computed: the decoder's self-attention keys and values (the cache,
-:mod:`tf_transformer.inference.cache`), the encoder-decoder keys and values of
+:mod:`tf_transformer.decoding.cache`), the encoder-decoder keys and values of
 each sentence (once per search, shared by its hypotheses) and the decoder's
-kernels laid out for few-row products (:mod:`tf_transformer.inference.kernels`).
+kernels laid out for few-row products (:mod:`tf_transformer.decoding.kernels`).
 It reads the layers only through their documented attributes; no layer knows
 about decoding.
 """
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from keras import ops
 
-from tf_transformer.inference import cache as caching
-from tf_transformer.inference import cached_attention
-from tf_transformer.inference.kernels import attention_kernels, feed_forward_kernels, feed_forward_rows, project
-from tf_transformer.inference.packing import TokenPacking, encode_tokens
+from tf_transformer.decoding import cache as caching
+from tf_transformer.decoding import cached_attention
+from tf_transformer.decoding.kernels import attention_kernels, feed_forward_kernels, feed_forward_rows, project
+from tf_transformer.decoding.packing import TokenPacking, encode_tokens
 
 
 class IncrementalDecoder:
@@ -39,7 +39,7 @@ class IncrementalDecoder:
 
     def encode(self, source_ids):
         """``(memory [batch, src_len, d_model], memory_mask [batch, 1, 1, src_len])``, packed
-        (:func:`~tf_transformer.inference.packing.encode_tokens`)."""
+        (:func:`~tf_transformer.decoding.packing.encode_tokens`)."""
         return encode_tokens(self.model, source_ids)
 
     def decoding_weights(self) -> list:
@@ -80,12 +80,12 @@ class IncrementalDecoder:
         return constants
 
     def empty_cache(self, batch, max_length, dtype, beam_size=1):
-        """:func:`~tf_transformer.inference.cache.empty_cache` of this model's decoder."""
+        """:func:`~tf_transformer.decoding.cache.empty_cache` of this model's decoder."""
         return caching.empty_cache(self.decoder, batch, max_length, dtype, beam_size)
 
     @staticmethod
     def reorder_cache(cache, beams):
-        """:func:`~tf_transformer.inference.cache.reorder_cache`: only the history moves."""
+        """:func:`~tf_transformer.decoding.cache.reorder_cache`: only the history moves."""
         return caching.reorder_cache(cache, beams)
 
     def step(self, target_ids, cache, constants, memory_mask, step):
@@ -93,7 +93,7 @@ class IncrementalDecoder:
 
         ``size`` hypotheses per sentence, consecutive. ``memory_mask`` is the
         ``[batch, 1, 1, src_len]`` source mask. The self-attention mask is built
-        once here for all layers (:func:`~tf_transformer.inference.cache.prefix_step`).
+        once here for all layers (:func:`~tf_transformer.decoding.cache.prefix_step`).
         """
         size = caching.hypotheses_per_sentence(cache["layers"][0]["key"])  # a Python int for a search's cache
         history = caching.write_history(cache["history"], size, step)  # [batch * size, max_len]
@@ -132,7 +132,7 @@ def layer_step(layer, x, cache, constants, where: caching.CacheStep, memory_mask
 
     ``x`` is ``[batch * size, d_model]``, one row per hypothesis, at position
     ``where.position``. ``cache`` is this layer's ``{"key", "value"}`` (see
-    :mod:`tf_transformer.inference.cache`); ``where`` says which rows are
+    :mod:`tf_transformer.decoding.cache`); ``where`` says which rows are
     written and which blocks are read, with ``where.mask`` marking the slots
     that hold each hypothesis's own prefix. ``constants`` are this layer's from
     :meth:`IncrementalDecoder.constants`. Returns ``(output [batch * size,

@@ -1,0 +1,34 @@
+"""The search engine: everything that runs inside a decoding graph.
+
+The decoder's cache and its kernels laid out for one row per hypothesis
+(:mod:`.incremental`, :mod:`.cache`, :mod:`.cached_attention`, :mod:`.kernels`,
+:mod:`.packing`), the searches that drive them (beam search, section 6.1;
+greedy search; sampling) with their top-k and length penalty, teacher-forced
+scoring, word alignment from attention, and the plain values a caller
+decodes with (:class:`DecodeOptions`, fixed for a translator's life and recorded
+by an export; :class:`Sampling`). Nothing
+here reads files or knows of exports, servers or training; training's dev BLEU
+and :mod:`tf_transformer.inference` use it. The names below load their module
+on first use, so that a command-line entry point or a server can read the
+plain values without starting TensorFlow.
+"""
+
+import importlib
+
+_EXPORTS = {
+    "DecodeOptions": "decode_options",
+    "IncrementalDecoder": "incremental",
+    "Sampling": "decode_options",
+    "beam_search": "beam_search",
+    "greedy_search": "greedy",
+    "inference_copy": "precision",
+    "length_penalty": "beam_search",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"tf_transformer.decoding.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'tf_transformer.decoding' has no attribute {name!r}")
