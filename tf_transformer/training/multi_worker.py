@@ -60,19 +60,25 @@ def replica_dataset_fn(stream: tf.data.Dataset):
 
 def train_multi_worker(prepared: PreparedRun) -> dict:
     """Trains a prepared run as one worker of its strategy; returns this worker's summary."""
-    cluster, model, strategy = prepared.cluster, prepared.model, prepared.strategy
+    cluster, model, strategy = prepared.place.cluster, prepared.model, prepared.strategy
     distributed = strategy.distribute_datasets_from_function(replica_dataset_fn(prepared.stream()))
     step = _train_step(model, strategy, bool(prepared.options.jit_compile))
-    callbacks = keras.callbacks.CallbackList(prepared.callbacks, model=model)
-    requests = prepared.stop_requests  # only records this worker's wishes: the step's collective agrees on them
+    callbacks = keras.callbacks.CallbackList(prepared.callbacks.all, model=model)
+    requests = (
+        prepared.callbacks.stop_requests
+    )  # only records this worker's wishes: the step's collective agrees on them
 
     def agree() -> None:
         """Between steps (validation, the epoch's end): every worker's wishes summed, for every worker alike."""
         requests.agreed = [count > 0 for count in cluster.sum(requests.wanted())]
 
-    evaluate = _evaluation(model, prepared.validation, agree, requests) if prepared.validation is not None else None
+    evaluate = (
+        _evaluation(model, prepared.inputs.validation, agree, requests)
+        if prepared.inputs.validation is not None
+        else None
+    )
 
-    steps_per_epoch, total_micro = prepared.steps_per_epoch, prepared.total_micro
+    steps_per_epoch, total_micro = prepared.inputs.steps_per_epoch, prepared.inputs.total_micro
     start = time.perf_counter()
     history: dict[str, list[float]] = {}
     stopped_by = None
@@ -122,7 +128,7 @@ def train_multi_worker(prepared: PreparedRun) -> dict:
         raise ClusterError(
             f"{cluster.name}: lost contact with the other workers after micro-batch {micro} "
             f"({first_line(error)}). A worker died, or stopped answering the coordination service's "
-            f"heartbeats. The newest checkpoint is {prepared.chief_manager.latest_checkpoint}: run "
+            f"heartbeats. The newest checkpoint is {prepared.state.chief_manager.latest_checkpoint}: run "
             "every worker's command again to resume from it"
         ) from None
     summary = finish(

@@ -1,9 +1,11 @@
 """One training run, prepared and finished the same way in every layout.
 
-:func:`prepare` does everything but the loop: the run directory and its
-vocabulary, ``config.json``, the data stream, the model and its optimizer, the
-restore of a checkpoint (or ``--init_from``), and the callbacks that checkpoint,
-stop, log and evaluate. :func:`finish` writes the summary. The drivers keep only
+:func:`prepare` does everything but the loop, in the five steps a reader
+names, each a function: the directory and options (:func:`directory_and_options`),
+the vocabulary and data (:func:`vocabulary_and_data`, with ``config.json``), the
+model and optimizer (:func:`model_and_optimizer`), the restore of a checkpoint or
+``--init_from`` (:func:`restore`), and the callbacks that checkpoint, stop, log and
+evaluate (:func:`run_callbacks`). :func:`finish` writes the summary. The drivers keep only
 what truly differs: ``fit`` (one process, ``MirroredStrategy``:
 :mod:`~tf_transformer.training.trainer`) against a loop of our own whose steps
 carry the workers' agreement to stop (``MultiWorkerMirroredStrategy``:
@@ -30,7 +32,7 @@ from tf_transformer.files import save_json
 from tf_transformer.model import build_transformer
 from tf_transformer.tasks import Task, get_task
 from tf_transformer.training import resume
-from tf_transformer.training.best import STOPPED, BestCheckpoint, check_options
+from tf_transformer.training.best import STOPPED, BestCheckpoint, Metric, check_options
 from tf_transformer.training.callbacks import DataPosition, StepCheckpoint, StopAtStep, StopRequests
 from tf_transformer.training.cluster import Cluster, differing_options
 from tf_transformer.training.dev_evaluation import DevEvaluation, attention_fn, translate_fn
@@ -40,39 +42,94 @@ from tf_transformer.training.progress import ProgressLogger, ThroughputMonitor
 from tf_transformer.training.recipe import compile_model
 
 
-@dataclasses.dataclass
-class PreparedRun:
-    """A run ready for its loop: what every layout trains with.
+@dataclasses.dataclass(frozen=True)
+class RunPlace:
+    """Step 1 of :func:`prepare`: where this process trains, with which options, and from what.
 
-    ``done_micro`` micro-batches of ``total_micro`` are behind it (a resumed
-    run); ``train_steps`` updates of ``accumulate`` micro-batches each end it.
+    ``options`` are resolved for the machine and, for a resumed run, keep what it
+    decided before (:func:`~tf_transformer.training.resume.keep_run_defaults`); a
+    parser's linearization is recorded as used. ``work_dir`` is where this process
+    writes: ``model_dir``, or a worker's own directory under it.
+    """
+
+    options: RunOptions
+    precision_reason: str
+    task: Task
+    metric: Metric | None  # --keep_best_by's, or None
+    model_dir: str
+    work_dir: str
+    cluster: Cluster | None
+    launch_token: int | None  # new to this launch, the same on every worker (a cluster's)
+    resuming: bool  # the run directory holds checkpoints
+    source_dir: str | None  # --init_from's run, for a new run only
+    init_checkpoint: str | None
+
+    @property
+    def chief(self) -> bool:
+        return self.cluster is None or self.cluster.is_chief
+
+    def record(self, replicas: int) -> dict:
+        """What ``config.json`` records of the run: its options, the replicas and why the precision is what it is."""
+        return {**dataclasses.asdict(self.options), "num_replicas": replicas, "precision_reason": self.precision_reason}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunData:
+    """Step 2 of :func:`prepare`: the vocabulary and what the run trains and evaluates on.
+
+    ``steps_per_epoch`` micro-batches make an epoch, ``total_micro`` the run;
+    ``train_steps`` updates of ``accumulate_steps`` micro-batches each end it.
+    """
+
+    config: TransformerConfig  # with the vocabulary's size
+    tokenizer: pipelines.Tokenizer
+    data: pipelines.TrainingData
+    validation: tf.data.Dataset | None
+    dev_sources: list
+    dev_references: list
+    steps_per_epoch: int
+    total_micro: int
+    train_steps: int
+
+
+@dataclasses.dataclass
+class RunState:
+    """Step 4 of :func:`prepare`: what a checkpoint saves and restores besides the model.
+
     ``manager`` saves this process's checkpoints; ``chief_manager`` lists the
     run's (the same in one process).
     """
 
-    config: TransformerConfig
-    options: RunOptions  # resolved for this machine (training.options.resolve)
-    precision_reason: str
-    model_dir: str
-    work_dir: str  # where this process writes: model_dir, or a worker's own directory under it
-    strategy: tf.distribute.Strategy
-    cluster: Cluster | None
-    task: Task
-    tokenizer: pipelines.Tokenizer
-    data: pipelines.TrainingData
-    validation: tf.data.Dataset | None
-    steps_per_epoch: int
-    total_micro: int
-    train_steps: int
-    model: keras.Model
+    position: DataPosition
+    best: BestCheckpoint | None  # --keep_best_by, --early_stopping
     manager: tf.train.CheckpointManager
     chief_manager: tf.train.CheckpointManager
-    position: DataPosition
+
+
+@dataclasses.dataclass
+class RunCallbacks:
+    """Step 5 of :func:`prepare`: the callbacks that checkpoint, stop, log and evaluate, in their order."""
+
     checkpointer: StepCheckpoint
     stop_requests: StopRequests
     dev_evaluation: DevEvaluation
-    best: BestCheckpoint | None  # --keep_best_by, --early_stopping
-    callbacks: list
+    all: list
+
+
+@dataclasses.dataclass
+class PreparedRun:
+    """A run ready for its loop: what every layout trains with (:func:`prepare`'s steps, each whole)."""
+
+    place: RunPlace
+    inputs: RunData
+    strategy: tf.distribute.Strategy
+    model: keras.Model
+    state: RunState
+    callbacks: RunCallbacks
+
+    @property
+    def options(self) -> RunOptions:
+        return self.place.options
 
     @property
     def accumulate(self) -> int:
@@ -80,7 +137,7 @@ class PreparedRun:
 
     @property
     def done_micro(self) -> int:
-        return int(self.position.batches.numpy())
+        return int(self.state.position.batches.numpy())
 
     @property
     def by_epochs(self) -> bool:
@@ -89,15 +146,15 @@ class PreparedRun:
 
     def finished(self) -> bool:
         """Whether there is nothing left to train (a finished or early-stopped run run again)."""
-        if self.best is not None and self.best.exhausted():
+        if self.state.best is not None and self.state.best.exhausted():
             return True
         if self.by_epochs:
-            return self.done_micro >= self.total_micro
-        return int(self.model.optimizer.iterations.numpy()) >= self.train_steps
+            return self.done_micro >= self.inputs.total_micro
+        return int(self.model.optimizer.iterations.numpy()) >= self.inputs.train_steps
 
     def stream(self) -> tf.data.Dataset:
         """The weighted global batches from the first micro-batch not yet trained on."""
-        return weighted_stream(self.data, self.done_micro, self.accumulate)
+        return weighted_stream(self.inputs.data, self.done_micro, self.accumulate)
 
 
 def check_model_dir(model_dir: str, config: TransformerConfig) -> None:
@@ -121,13 +178,30 @@ def prepare(
     cluster: Cluster | None = None,
     budget_start: float | None = None,
 ) -> PreparedRun:
-    """Everything a run needs before its first step, in every layout (see the module).
+    """Everything a run needs before its first step, in every layout (see the module), in five steps.
 
     ``cluster``: this worker's place under ``MultiWorkerMirroredStrategy``
     (the chief prepares the directory, the others follow it), else ``None``.
     ``budget_start``: the ``time.perf_counter()`` from which ``--max_minutes``
     counts (default: the first step).
     """
+    place = directory_and_options(config, resolved, model_dir, strategy, cluster)
+    inputs = vocabulary_and_data(config, place, strategy.num_replicas_in_sync)
+    model = model_and_optimizer(inputs.config, place.options, strategy)
+    state = restore(model, place)
+    callbacks = run_callbacks(place, inputs, model, state, budget_start)
+    return PreparedRun(place, inputs, strategy, model, state, callbacks)
+
+
+def directory_and_options(
+    config: TransformerConfig,
+    resolved: Resolved,
+    model_dir: str,
+    strategy: tf.distribute.Strategy,
+    cluster: Cluster | None = None,
+) -> RunPlace:
+    """Step 1: the options checked before anything is written, the directories made (the chief's checked
+    against ``config``), and whether the run resumes or starts from another (``--init_from``)."""
     resolved = resume.keep_run_defaults(model_dir, resolved, strategy)  # resumed: auto precision is the run's own
     options = resolved.options
     task = get_task(options.task, options.linearization)
@@ -135,10 +209,7 @@ def prepare(
     if task.name == "parsing":  # recorded as used, so a later change of the default cannot misread the run
         options = dataclasses.replace(options, linearization=task.linearization)
     chief = cluster is None or cluster.is_chief
-    replicas = strategy.num_replicas_in_sync
-    run = {**dataclasses.asdict(options), "num_replicas": replicas, "precision_reason": resolved.precision_reason}
     work_dir = cluster.work_dir(model_dir) if cluster else model_dir
-
     if chief:
         check_model_dir(model_dir, config)
     tf.io.gfile.makedirs(work_dir)
@@ -147,116 +218,148 @@ def prepare(
     source_dir = init_checkpoint = None
     if options.init_from and not resuming:
         source_dir, init_checkpoint = resume.source_run(options.init_from)
-    corpora = [task.corpus(source, options.train_split) for source in source_options(options)]
-    differing = []
-    if chief:
-        if resuming:
-            resume.check_unchanged(model_dir, config, run, corpora)  # before config.json is rewritten
-        elif source_dir:
-            resume.take_vocabulary(model_dir, source_dir)
-        tokenizer = run_dir.make_vocabulary(
-            model_dir,
-            corpora[0],
-            options.vocab_size or config.vocab_size,
-            options.vocab_model_type,
-            options.seed,
-            # Every source's text, in the order given: a vocabulary for all the mixture trains on.
-            text=itertools.chain.from_iterable(task.vocabulary_text(corpus) for corpus in corpora),
-            symbols=list(dict.fromkeys(itertools.chain.from_iterable(task.symbols(c) for c in corpora))),
-            symbol_pattern=task.symbol_pattern,
-        )
-        config = config.replace(vocab_size=tokenizer.vocab_size)
-        if source_dir:
-            resume.check_architecture(config, run_dir.load_run(source_dir)[0], source_dir)
-        run_dir.save_run(model_dir, config, run, corpora)
-        if cluster:
-            cluster.announce(model_dir, token)
-    else:
-        stored, chief_run = cluster.follow_chief(model_dir, token, options.worker_timeout)
-        config = config.replace(vocab_size=stored.vocab_size)
-        differing = differing_options((stored, chief_run), (config, run))
-        tokenizer = task.tokenizer(run_dir.vocabulary_path(model_dir))
-    if cluster:
-        cluster.agree_on_options(differing)
+    return RunPlace(
+        options,
+        resolved.precision_reason,
+        task,
+        metric,
+        model_dir,
+        work_dir,
+        cluster,
+        token,
+        resuming,
+        source_dir,
+        init_checkpoint,
+    )
 
+
+def vocabulary_and_data(config: TransformerConfig, place: RunPlace, replicas: int) -> RunData:
+    """Step 2: the vocabulary (the chief trains or checks it and writes ``config.json``; a worker reads them
+    once the chief has announced them), then the training stream, the dev data and the run's length."""
+    options, task, model_dir = place.options, place.task, place.model_dir
+    corpora = [task.corpus(source, options.train_split) for source in source_options(options)]
+    if place.chief:
+        config, tokenizer = _chief_vocabulary(config, place, corpora, replicas)
+    else:
+        config, tokenizer = _worker_vocabulary(config, place, replicas)
     data = training_data(corpora, tokenizer, config, options, replicas, model_dir)
     steps_per_epoch = options.steps_per_epoch or data.batches_per_epoch
     total_micro = total_micro_batches(config, options, steps_per_epoch)
-    train_steps = update_count(total_micro, options.accumulate_steps)
     validation, dev_sources, dev_references = dev_data(task, tokenizer, config, options, replicas, model_dir)
+    train_steps = update_count(total_micro, options.accumulate_steps)
+    return RunData(
+        config, tokenizer, data, validation, dev_sources, dev_references, steps_per_epoch, total_micro, train_steps
+    )
 
+
+def _chief_vocabulary(config: TransformerConfig, place: RunPlace, corpora: list, replicas: int):
+    """The chief's ``(config, tokenizer)``: the run checked unchanged (resumed) or the source run's vocabulary
+    taken (``--init_from``), the vocabulary made or read, ``config.json`` written, the workers told."""
+    options, task, model_dir, cluster = place.options, place.task, place.model_dir, place.cluster
+    run = place.record(replicas)
+    if place.resuming:
+        resume.check_unchanged(model_dir, config, run, corpora)  # before config.json is rewritten
+    elif place.source_dir:
+        resume.take_vocabulary(model_dir, place.source_dir)
+    tokenizer = run_dir.make_vocabulary(
+        model_dir,
+        corpora[0],
+        options.vocab_size or config.vocab_size,
+        options.vocab_model_type,
+        options.seed,
+        # Every source's text, in the order given: a vocabulary for all the mixture trains on.
+        text=itertools.chain.from_iterable(task.vocabulary_text(corpus) for corpus in corpora),
+        symbols=list(dict.fromkeys(itertools.chain.from_iterable(task.symbols(c) for c in corpora))),
+        symbol_pattern=task.symbol_pattern,
+    )
+    config = config.replace(vocab_size=tokenizer.vocab_size)
+    if place.source_dir:
+        resume.check_architecture(config, run_dir.load_run(place.source_dir)[0], place.source_dir)
+    run_dir.save_run(model_dir, config, run, corpora)
+    if cluster:
+        cluster.announce(model_dir, place.launch_token)
+        cluster.agree_on_options([])
+    return config, tokenizer
+
+
+def _worker_vocabulary(config: TransformerConfig, place: RunPlace, replicas: int):
+    """A worker's ``(config, tokenizer)``: the chief's, once announced, with every worker agreeing that its
+    own options are the chief's (:func:`~tf_transformer.training.cluster.differing_options`)."""
+    cluster, model_dir = place.cluster, place.model_dir
+    stored, chief_run = cluster.follow_chief(model_dir, place.launch_token, place.options.worker_timeout)
+    config = config.replace(vocab_size=stored.vocab_size)
+    cluster.agree_on_options(differing_options((stored, chief_run), (config, place.record(replicas))))
+    return config, place.task.tokenizer(run_dir.vocabulary_path(model_dir))
+
+
+def model_and_optimizer(config: TransformerConfig, options: RunOptions, strategy: tf.distribute.Strategy):
+    """Step 3: the model, compiled with the paper's recipe and its optimizer's variables built, in the
+    strategy's scope (a checkpoint restores into them)."""
     with strategy.scope():
         model = build_transformer(config)
         compile_model(model, config, max(1, options.accumulate_steps), options.jit_compile)
         model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def restore(model: keras.Model, place: RunPlace) -> RunState:
+    """Step 4: the checkpoint's contents (model, optimizer, data position, best-so-far) and its managers,
+    restored from the run's newest readable checkpoint (the chief's pick, on every worker), or the weights
+    of ``--init_from``."""
+    options, cluster = place.options, place.cluster
     position = DataPosition()
-    best = _best(model, metric, options, model_dir, work_dir, cluster) if metric else None
+    best = _best(model, place.metric, options, place.model_dir, place.work_dir, cluster) if place.metric else None
     checkpoint = resume.training_checkpoint(model, data_position=position.batches, best=best.state if best else None)
     chief_manager = tf.train.CheckpointManager(
-        checkpoint, run_dir.checkpoint_dir(model_dir), max_to_keep=options.keep_checkpoints
+        checkpoint, run_dir.checkpoint_dir(place.model_dir), max_to_keep=options.keep_checkpoints
     )
     manager = (
         chief_manager
-        if chief
-        else tf.train.CheckpointManager(checkpoint, os.path.join(work_dir, "checkpoints"), max_to_keep=1)
+        if place.chief
+        else tf.train.CheckpointManager(checkpoint, os.path.join(place.work_dir, "checkpoints"), max_to_keep=1)
     )
-    _restore(model, checkpoint, chief_manager, position, cluster, source_dir, init_checkpoint)
+    _restore(model, checkpoint, chief_manager, position, cluster, place.source_dir, place.init_checkpoint)
     if best is not None:
         best.restored()
+    return RunState(position, best, manager, chief_manager)
 
-    log_dir = os.path.join(work_dir, "logs")
-    checkpointer = StepCheckpoint(manager, options.checkpoint_every, max(1, options.accumulate_steps))
+
+def run_callbacks(
+    place: RunPlace, inputs: RunData, model: keras.Model, state: RunState, budget_start: float | None = None
+) -> RunCallbacks:
+    """Step 5: the callbacks, in the order their work must happen at a step's or an epoch's end."""
+    options, config, tokenizer = place.options, inputs.config, inputs.tokenizer
+    dev_sources = inputs.dev_sources
+    log_dir = os.path.join(place.work_dir, "logs")
+    checkpointer = StepCheckpoint(state.manager, options.checkpoint_every, max(1, options.accumulate_steps))
     stop_requests = StopRequests(checkpointer, options.max_minutes, budget_start)
     dev_evaluation = DevEvaluation(
         log_dir,
-        task=task,
+        task=place.task,
         dev_sources=dev_sources,
-        dev_references=dev_references,
+        dev_references=inputs.dev_references,
         translate=translate_fn(model, tokenizer, config.max_extra_length) if dev_sources else None,
         # Images only where someone reads them: the chief's logs (the others' go to .worker-<i>).
-        attention=attention_fn(model, tokenizer, config.max_extra_length) if dev_sources and chief else None,
+        attention=attention_fn(model, tokenizer, config.max_extra_length) if dev_sources and place.chief else None,
         attention_images=options.attention_images,
     )
+    best = state.best
     callbacks = [
-        position,  # first: a checkpoint written at the end of a batch counts it
+        state.position,  # first: a checkpoint written at the end of a batch counts it
         keras.callbacks.TerminateOnNaN(),
         stop_requests,  # at an epoch's end, before dev BLEU: a signal stops without it (with the epoch's checkpoint)
-        StopAtStep(train_steps),
+        StopAtStep(inputs.train_steps),
         ThroughputMonitor(log_dir, every_steps=options.log_every),
         dev_evaluation,  # before the progress line and TensorBoard, which show its val_bleu (val_f1)
         *([best] if best else []),  # compares val_loss or val_bleu (val_f1), so after the dev evaluation
         checkpointer,  # the epoch's checkpoint after the evaluation: it holds the best-so-far that followed
     ]
-    if options.verbose and chief:
-        precision = f"precision {options.precision}: {resolved.precision_reason}"
-        callbacks.append(ProgressLogger(train_steps, options.max_minutes, budget_start, first_line=precision))
+    if options.verbose and place.chief:
+        precision = f"precision {options.precision}: {place.precision_reason}"
+        callbacks.append(ProgressLogger(inputs.train_steps, options.max_minutes, budget_start, first_line=precision))
     # Epoch scalars (loss, validation loss, dev BLEU): the epoch's logs, whichever loop made them.
-    callbacks.append(keras.callbacks.TensorBoard(log_dir, update_freq="epoch", write_graph=cluster is None))
-    return PreparedRun(
-        config=config,
-        options=options,
-        precision_reason=resolved.precision_reason,
-        model_dir=model_dir,
-        work_dir=work_dir,
-        strategy=strategy,
-        cluster=cluster,
-        task=task,
-        tokenizer=tokenizer,
-        data=data,
-        validation=validation,
-        steps_per_epoch=steps_per_epoch,
-        total_micro=total_micro,
-        train_steps=train_steps,
-        model=model,
-        manager=manager,
-        chief_manager=chief_manager,
-        position=position,
-        checkpointer=checkpointer,
-        stop_requests=stop_requests,
-        dev_evaluation=dev_evaluation,
-        best=best,
-        callbacks=callbacks,
-    )
+    callbacks.append(keras.callbacks.TensorBoard(log_dir, update_freq="epoch", write_graph=place.cluster is None))
+    return RunCallbacks(checkpointer, stop_requests, dev_evaluation, callbacks)
 
 
 def _best(model, metric, options: RunOptions, model_dir: str, work_dir: str, cluster: Cluster | None):
@@ -309,27 +412,27 @@ def finish(prepared: PreparedRun, seconds: float, history: dict, stopped_by: str
 
     ``stopped_by``: the signal that preempted the run; otherwise ``early_stopping`` where the patience ran out.
     """
-    model = prepared.model
-    best = prepared.best
+    model, place, inputs = prepared.model, prepared.place, prepared.inputs
+    best = prepared.state.best
     if stopped_by is None and best is not None and best.exhausted():
         stopped_by = STOPPED
     summary = {
-        "model_dir": prepared.model_dir,
-        "config": prepared.config.name,
+        "model_dir": place.model_dir,
+        "config": inputs.config.name,
         **extra,
         "precision": prepared.options.precision,
         "params": int(model.count_params()),
         "steps": int(model.optimizer.iterations.numpy()),
-        "steps_per_epoch": prepared.steps_per_epoch,
+        "steps_per_epoch": inputs.steps_per_epoch,
         "train_seconds": round(seconds, 1),
-        "stats": dataclasses.asdict(prepared.data.stats),
+        "stats": dataclasses.asdict(inputs.data.stats),
         "history": history,
-        f"dev_{prepared.task.metric}": prepared.dev_evaluation.last_score,
-        "latest_checkpoint": prepared.chief_manager.latest_checkpoint,
+        f"dev_{place.task.metric}": prepared.callbacks.dev_evaluation.last_score,
+        "latest_checkpoint": prepared.state.chief_manager.latest_checkpoint,
         "best": best.summary() if best is not None else None,
         "stopped_by": stopped_by,
     }
-    save_json(os.path.join(prepared.work_dir, "train_summary.json"), summary)
+    save_json(os.path.join(place.work_dir, "train_summary.json"), summary)
     return summary
 
 

@@ -28,7 +28,7 @@ from tf_transformer.training.options import resolve
 from tf_transformer.training.recipe import compile_model
 from tf_transformer.training.strategy import make_strategy, set_precision
 
-__all__ = ["RunOptions", "compile_model", "train"]
+__all__ = ["compile_model", "train"]
 
 
 def train(config: TransformerConfig, options: RunOptions, model_dir: str, budget_start: float | None = None) -> dict:
@@ -72,22 +72,22 @@ def _fit(prepared: training_run.PreparedRun) -> dict:
         # is iterated once, exactly as in an uninterrupted run. After a
         # mid-epoch resume, epoch boundaries (validation, BLEU) shift by the part of
         # the epoch already done; the step count and the batches are unchanged.
-        steps_per_epoch = prepared.steps_per_epoch
+        steps_per_epoch = prepared.inputs.steps_per_epoch
         initial_epoch = done_micro // steps_per_epoch
         epochs = (
-            initial_epoch + math.ceil((prepared.total_micro - done_micro) / steps_per_epoch)
+            initial_epoch + math.ceil((prepared.inputs.total_micro - done_micro) / steps_per_epoch)
             if prepared.by_epochs
             else sys.maxsize
         )
         try:
-            with prepared.stop_requests:
+            with prepared.callbacks.stop_requests:
                 result = model.fit(
                     prepared.stream(),
-                    validation_data=prepared.validation,
+                    validation_data=prepared.inputs.validation,
                     epochs=epochs,
                     initial_epoch=initial_epoch,
                     steps_per_epoch=steps_per_epoch,
-                    callbacks=prepared.callbacks,
+                    callbacks=prepared.callbacks.all,
                     shuffle=False,  # the pipeline shuffles (fit's shuffle would be ignored, with a warning)
                     verbose=0,  # ProgressLogger: Keras's "Epoch 1/N" counts toward the epochs given to fit
                 )
