@@ -55,10 +55,15 @@ def main(argv):
         model = build_transformer(config)
         translator = Translator(model, tokenizer, DecodeOptions(beam_size=FLAGS.beam))
         cached = tf.function(
-            lambda x, t=translator: t.search(x, force_length=FLAGS.output_tokens)[0], reduce_retracing=True
+            lambda x, t=translator: t.with_options(
+                min_length=FLAGS.output_tokens, max_output_length=FLAGS.output_tokens
+            ).search(x)[0],
+            reduce_retracing=True,
         )
         uncached = tf.function(
-            lambda x, t=translator: t.search(x, use_cache=False, force_length=FLAGS.output_tokens)[0],
+            lambda x, t=translator: t.with_options(
+                min_length=FLAGS.output_tokens, max_output_length=FLAGS.output_tokens
+            ).search(x, use_cache=False)[0],
             reduce_retracing=True,
         )
         seconds = timed(lambda x, f=cached: f(x).numpy(), inputs)

@@ -45,13 +45,13 @@ def main(argv):
     import tensorflow as tf
 
     from benchmarks.common import choose_averaging, machine
-    from configs import get_config, parse_overrides
+    from configs import RunOptions, get_config, parse_overrides
     from tf_transformer.inference.batch_translation import translate_with_checkpoint
     from tf_transformer.tasks import get_task
     from tf_transformer.tasks.parsing.evalb import right_branching, score
     from tf_transformer.tasks.parsing.task import score_outputs
     from tf_transformer.tasks.parsing.treebank import read_range
-    from tf_transformer.training.trainer import RunOptions, train
+    from tf_transformer.training.trainer import train
 
     logging.set_verbosity(logging.WARNING)
     linearization = get_task("parsing", FLAGS.linearization).linearization

@@ -46,11 +46,11 @@ def main(argv):
     import tensorflow as tf
 
     from benchmarks.common import choose_averaging, machine
-    from configs import get_config, parse_overrides
+    from configs import RunOptions, get_config, parse_overrides
     from tf_transformer.evaluation import read_test_set, score
     from tf_transformer.exporting.saved_model import export_run
     from tf_transformer.inference.batch_translation import translate_lines, translate_with_checkpoint
-    from tf_transformer.training.trainer import RunOptions, train
+    from tf_transformer.training.trainer import train
 
     logging.set_verbosity(logging.WARNING)
     corpus = os.path.basename(os.path.normpath(FLAGS.data))

@@ -30,7 +30,7 @@ class RunOptions:
     sizes). ``keep_best_by`` keeps the checkpoint of the best dev evaluation and
     ``early_stopping`` stops after that many evaluations without a better one
     (:mod:`tf_transformer.training.best`). ``precision`` and ``jit_compile`` are resolved for the
-    machine by :func:`tf_transformer.training.run_options.resolve` (``auto``, ``None``).
+    machine by :func:`tf_transformer.training.options.resolve` (``auto``, ``None``).
     """
 
     data: str | tuple[str, ...]
@@ -64,3 +64,16 @@ class RunOptions:
     init_from: str | None = None  # a run directory or checkpoint whose weights start a new run (fine-tuning)
     worker_timeout: float = 600.0  # multi_worker: seconds a worker waits to see the chief's sp.model, config.json
     verbose: int | str = "auto"  # 0: no progress lines; anything else: one per epoch (and a minute)
+
+    def __post_init__(self):
+        weights = self.data_weights
+        if weights is None:
+            return
+        sources = 1 if isinstance(self.data, str) else len(self.data)
+        if len(weights) != sources:
+            raise ValueError(
+                f"--data_weights gives {len(weights)} weight(s) for {sources} --data source(s): give one per "
+                "source, in the order of the --data flags"
+            )
+        if not all(isinstance(weight, int | float) and 0 < weight < float("inf") for weight in weights):
+            raise ValueError(f"--data_weights {','.join(map(str, weights))}: each weight must be a positive number")

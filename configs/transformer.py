@@ -17,6 +17,8 @@ import dataclasses
 import json
 from typing import Any
 
+from configs.decoding import PARSING_DECODING, SETTINGS
+
 # The FFN activations (Keras names): the paper's ReLU, and the swish and GELU of other implementations.
 ACTIVATIONS = ("relu", "swish", "gelu")
 
@@ -109,10 +111,10 @@ class TransformerConfig:
     learning_rate_scale: float = 1.0
     tokens_per_batch: int = 25_000
     max_train_length: int = 256
-    # Inference.
-    beam_size: int = 4
-    alpha: float = 0.6
-    max_extra_length: int = 50
+    # Inference (their defaults and ranges: configs/decoding.py).
+    beam_size: int = SETTINGS["beam_size"].default
+    alpha: float = SETTINGS["alpha"].default
+    max_extra_length: int = SETTINGS["max_extra_length"].default
 
     def __post_init__(self):
         def fail(field, why):
@@ -229,8 +231,6 @@ _TABLE3 = {
     "E": dict(position="learned"),
 }
 
-# Section 6.3: "a beam size of 21 and α = 0.3", "maximum output length to input length + 300".
-_PARSING_DECODING = dict(beam_size=21, alpha=0.3, max_extra_length=300)
 
 PRESETS: dict[str, TransformerConfig] = {
     # For tests: builds and runs a step in well under a second.
@@ -278,7 +278,7 @@ PRESETS: dict[str, TransformerConfig] = {
         dropout=0.3,
         vocab_size=16000,
         max_train_length=640,
-        **_PARSING_DECODING,
+        **PARSING_DECODING,
     ),
     # The parsing task within 40 minutes on a 2-core CPU (benchmarks/parsing.py): the WSJ sample's
     # ~3,400 trees. A small model sees the most tokens in the budget; pre-norm takes a high learning
@@ -297,7 +297,7 @@ PRESETS: dict[str, TransformerConfig] = {
         learning_rate_scale=1.0,
         tokens_per_batch=1024,
         max_train_length=640,
-        **_PARSING_DECODING,
+        **PARSING_DECODING,
     ),
 }
 

@@ -1,6 +1,8 @@
 """Test set-up: quiet TensorFlow, the CPU split into logical devices, seeds, and shared fixtures."""
 
+import fcntl
 import os
+import shutil
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -53,17 +55,38 @@ def train_corpus_dir(tmp_path_factory):
     return directory
 
 
+def built_once(tmp_path_factory, name: str, build):
+    """``build(directory)`` run once for the whole test run, the directory shared by every xdist worker.
+
+    pytest-xdist runs a session per worker, so each worker would train and export a session fixture of its
+    own. Under a lock in the run's shared temporary root, the first worker to ask builds it and the others
+    reuse it: the fixtures below are read, never changed, by the tests (a test that changes a run copies it).
+    """
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the workers' basetemps are popen-gw0, popen-gw1, … in one folder
+    directory, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(directory, ignore_errors=True)  # what a build that failed left
+            build(directory)
+            done.touch()
+    return directory
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
     """A run directory of the ``tiny`` preset trained for 4 steps (vocabulary of 120 pieces)."""
-    from configs import get_config
-    from tf_transformer.training.trainer import train
 
-    root = tmp_path_factory.mktemp("tiny_run")
-    write_corpus(root / "corpus", n=300)
-    options = tiny_options(root / "corpus")
-    train(get_config("tiny"), options, str(root / "run"))
-    return root / "run"
+    def build(root):
+        from configs import get_config
+        from tf_transformer.training.trainer import train
+
+        write_corpus(root / "corpus", n=300)
+        train(get_config("tiny"), tiny_options(root / "corpus"), str(root / "run"))
+
+    return built_once(tmp_path_factory, "tiny_run", build) / "run"
 
 
 @pytest.fixture(scope="session")
@@ -72,23 +95,30 @@ def tiny_export(tiny_run, tmp_path_factory):
 
     Its sources may have 512 tokens, past the run's 64: the tests translate sentences longer than any it
     trained on."""
-    output = tmp_path_factory.mktemp("saved_models") / "tiny_en_de" / "1"
-    return export_cli(tiny_run, output, "--max_source_length", "512")
+
+    def build(root):
+        export_cli(tiny_run, root / "tiny_en_de" / "1", "--max_source_length", "512")
+
+    return built_once(tmp_path_factory, "saved_models", build) / "tiny_en_de" / "1"
 
 
 @pytest.fixture(scope="session")
 def tiny_parser(tmp_path_factory):
     """``(run directory, export, treebank directory)`` of the ``tiny`` preset trained a few steps as a parser
     (``--linearization xx``) on a synthetic treebank of three files (it trains on the first two)."""
-    from configs import get_config
-    from tf_transformer.training.trainer import train
 
-    root = tmp_path_factory.mktemp("parser")
-    write_treebank(root / "mrg", files=3, trees=30)
-    options = tiny_options(
-        root / "mrg", task="parsing", linearization="xx", train_split="wsj_0001-wsj_0002", dev_split=None
-    )
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TFT_TEXT_CACHE", str(root / "text_cache"))  # the split as text, not in the user's cache
-        train(get_config("tiny", beam_size=3, alpha=0.3, max_extra_length=10), options, str(root / "run"))
-    return root / "run", export_cli(root / "run", root / "export" / "1"), root / "mrg"
+    def build(root):
+        from configs import get_config
+        from tf_transformer.training.trainer import train
+
+        write_treebank(root / "mrg", files=3, trees=30)
+        options = tiny_options(
+            root / "mrg", task="parsing", linearization="xx", train_split="wsj_0001-wsj_0002", dev_split=None
+        )
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("TFT_TEXT_CACHE", str(root / "text_cache"))  # the split as text, not in the user's cache
+            train(get_config("tiny", beam_size=3, alpha=0.3, max_extra_length=10), options, str(root / "run"))
+        export_cli(root / "run", root / "export" / "1")
+
+    root = built_once(tmp_path_factory, "parser", build)
+    return root / "run", root / "export" / "1", root / "mrg"

@@ -112,7 +112,9 @@ def decode_speed() -> tuple[float, float]:
     model = build_transformer(config, dtype=keras.dtype_policies.get(FLAGS.precision))
     translator = Translator(model, tokenizer, DecodeOptions(beam_size=FLAGS.beam))
     search = tf.function(
-        lambda x: translator.search(x, force_length=FLAGS.output_tokens)[0],
+        lambda x: translator.with_options(min_length=FLAGS.output_tokens, max_output_length=FLAGS.output_tokens).search(
+            x
+        )[0],
         input_signature=[tf.TensorSpec([None, None], tf.int32)],  # traced once, as in an export
     )
     seconds = timed(lambda x: search(x).numpy(), batches)

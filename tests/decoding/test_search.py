@@ -173,7 +173,7 @@ def test_uncached_search_and_forced_length():
     plain_ids, plain_scores, _ = translator.search(source, use_cache=False)
     np.testing.assert_array_equal(np.asarray(cached_ids), np.asarray(plain_ids))
     np.testing.assert_allclose(np.asarray(cached_scores), np.asarray(plain_scores), atol=1e-4)
-    forced, _, steps = translator.search(source, force_length=9)
+    forced, _, steps = translator.with_options(min_length=9, max_output_length=9).search(source)
     forced = np.asarray(forced)
     assert int(steps) == 9
     assert (forced[:, :, 8] == EOS_ID).all() and (forced[:, :, :8] != EOS_ID).all()
@@ -187,7 +187,11 @@ def test_min_and_max_output_length():
     fixed, fixed_scores, steps = Translator(
         model, None, DecodeOptions(beam_size=2, min_length=7, max_output_length=7)
     ).search(source)
-    forced, forced_scores, _ = Translator(model, None, DecodeOptions(beam_size=2)).search(source, force_length=7)
+    forced, forced_scores, _ = (
+        Translator(model, None, DecodeOptions(beam_size=2))
+        .with_options(min_length=7, max_output_length=7)
+        .search(source)
+    )
     np.testing.assert_array_equal(np.asarray(fixed), np.asarray(forced))
     np.testing.assert_allclose(np.asarray(fixed_scores), np.asarray(forced_scores), rtol=1e-6)
     assert int(steps) == 7
@@ -249,7 +253,7 @@ def test_batch_parts_decode_the_same_as_one_search(batch_parts):
         source[row, length:] = 0
     translator = Translator(model, tokenizer=None, options=DecodeOptions(beam_size=3, max_extra_length=6))
     in_graph = tf.function(
-        lambda x: translator.search(x, batch_parts=batch_parts), input_signature=[tf.TensorSpec([None, None], tf.int32)]
+        translator.with_options(batch_parts=batch_parts).search, input_signature=[tf.TensorSpec([None, None], tf.int32)]
     )  # batch size unknown when traced, as in an export
     for batch in (source, source[:1]):  # fewer sentences than parts: the last one fills the others
         ids, scores, steps = translator.search(batch)

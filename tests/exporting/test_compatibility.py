@@ -18,6 +18,7 @@ from configs import get_config
 from tests.commands import export_cli
 from tests.corpora import tiny_options, write_corpus
 from tf_transformer import build_transformer
+from tf_transformer.decoding.request import DecodeRequest
 from tf_transformer.inference.batch_translation import translate_lines, translate_with_checkpoint
 from tf_transformer.run_dir import load_run
 from tf_transformer.training.averaging import average_checkpoints
@@ -70,7 +71,7 @@ def test_an_old_checkpoint_restores_completely_and_translates_as_it_did():
         np.testing.assert_array_equal(
             weight.numpy(), reader.get_tensor(f"optimizer/_trainable_variables/{index}/.ATTRIBUTES/VARIABLE_VALUE")
         )
-    got = translate_with_checkpoint(str(FIXTURES / "run"), SENTENCES, 2, nbest=2)
+    got = translate_with_checkpoint(str(FIXTURES / "run"), SENTENCES, 2, DecodeRequest(nbest=2))
     expected = expected_rows("run_translations.tsv")
     assert [text for hyps in got for text, _ in hyps] == [text for _, _, text in expected]
     scores = [score for hyps in got for _, score in hyps]

@@ -8,8 +8,9 @@ from configs import get_config
 from pipelines import Tokenizer
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.decoding.beam_search import beam_search
-from tf_transformer.decoding.decode_options import DecodeOptions, Sampling
+from tf_transformer.decoding.decode_options import DecodeOptions
 from tf_transformer.decoding.greedy import greedy_search
+from tf_transformer.decoding.request import DecodeRequest, Sampling
 from tf_transformer.decoding.sampling import filter_log_probs, sample_search
 from tf_transformer.decoding.scoring import score_ids
 from tf_transformer.inference.translator import Translator
@@ -57,7 +58,7 @@ def test_scores_are_the_log_softmax_of_the_full_forward_pass_at_the_target_ids()
 def test_scoring_the_search_outputs_gives_the_search_scores(translator, alpha):
     """Every finished hypothesis of the n-best: its log-probability over its length penalty, EOS counted."""
     source = translator.encode_strings(tf.constant(SENTENCES))
-    ids, scores, _ = translator.search(source, alpha=alpha)  # [batch, 4, len]
+    ids, scores, _ = translator.search(source, DecodeRequest(alpha=alpha))  # [batch, 4, len]
     batch, beam, length = ids.shape
     flat = tf.reshape(ids, [batch * beam, length])
     scored = score_ids(translator.model, tf.repeat(source, beam, axis=0), flat, alpha)
@@ -155,9 +156,8 @@ def test_options_choose_beam_n_best_alpha_and_lengths_per_request(loaded, transl
     for beam_size, nbest, alpha, min_length, extra in ((8, 3, 1.0, 2, 10), (1, 1, 0.0, 6, 4), (2, 2, 0.6, 0, 10)):
         got = options(loaded, SENTENCES, None, beam_size, alpha, nbest, min_length, extra)
         assert got["translations"].shape == [len(SENTENCES), nbest] and got["scores"].shape == [len(SENTENCES), nbest]
-        local = translator.translate_with_options(
-            tf.constant(SENTENCES), None, beam_size, alpha, nbest, min_length, extra
-        )
+        request = DecodeRequest(beam_size, alpha, nbest, min_length, extra)
+        local = translator.translate_with_options(tf.constant(SENTENCES), None, request)
         assert got["translations"].numpy().tolist() == local["translations"].numpy().tolist()
         np.testing.assert_allclose(got["scores"].numpy(), local["scores"].numpy(), atol=1e-5)
         scores = got["scores"].numpy()
@@ -192,7 +192,7 @@ def test_outputs_start_with_their_target_prefix(loaded, translator):
     for row, prefix in enumerate(prefixes):
         if SENTENCES[row]:
             assert all(text.decode().startswith(prefix) for text in texts[row]), (prefix, texts[row])
-    local = translator.translate_with_options(tf.constant(SENTENCES), tf.constant(prefixes), nbest=2)
+    local = translator.translate_with_options(tf.constant(SENTENCES), tf.constant(prefixes), DecodeRequest(nbest=2))
     assert local["translations"].numpy().tolist() == texts.tolist()
     # The prefix's tokens are part of the output and of its score: scoring the best output gives its score.
     real = [row for row, sentence in enumerate(SENTENCES) if sentence]
@@ -206,7 +206,8 @@ def test_outputs_start_with_their_target_prefix(loaded, translator):
 def test_a_prefix_longer_than_the_usual_output_still_ends(translator):
     """The output may run one token past its prefix whatever the length limit (here input + 0)."""
     prefix = "beta " * 12
-    got = translator.translate_with_options(tf.constant(["zeta"]), tf.constant([prefix]), max_extra_length=0)
+    request = DecodeRequest(max_extra_length=0)
+    got = translator.translate_with_options(tf.constant(["zeta"]), tf.constant([prefix]), request)
     assert got["translations"].numpy()[0, 0].decode().startswith(prefix.strip())
 
 
@@ -219,7 +220,10 @@ def test_top_k_1_samples_the_greedy_output(translator):
 
 
 def test_sampling_is_reproducible_and_seeded(translator, loaded):
-    draw = lambda seed: translator.sample(tf.constant(SENTENCES), seed)["translations"].numpy().tolist()  # noqa: E731
+    def draw(seed):
+        request = DecodeRequest(max_extra_length=10, sampling=Sampling(seed=seed))
+        return translator.sample(tf.constant(SENTENCES), request)["translations"].numpy().tolist()
+
     assert draw(3) == draw(3) and draw(3) != draw(4)
     exported = loaded["sample"](
         inputs=tf.constant(SENTENCES),
@@ -297,3 +301,55 @@ def test_filter_keeps_at_least_the_most_probable_token():
     np.testing.assert_array_equal(kept, [[True, False, False], [True, True, False]])
     kept = np.asarray(filter_log_probs(log_probs, top_k=2)) > -1e8
     np.testing.assert_array_equal(kept, [[True, True, False], [True, True, False]])
+
+
+def test_options_equal_a_translator_built_with_those_settings(loaded, translator):
+    """``translate_with_options`` (beam 8, α 1.0, 3-best: scalar tensors, a switch over compiled beams) gives what a
+    translator built with beam 8 and α 1.0 gives when asked for 3: two paths to the same search."""
+    got = options(loaded, SENTENCES, beam_size=8, alpha=1.0, nbest=3)
+    built = translator.with_options(beam_size=8, alpha=1.0)
+    expected = tf.function(lambda texts: built.translate(texts, DecodeRequest(nbest=3)))(tf.constant(SENTENCES))
+    assert got["translations"].numpy().tolist() == expected["translations"].numpy().tolist()
+    np.testing.assert_allclose(got["scores"].numpy(), expected["scores"].numpy(), atol=1e-5)
+    assert len(set(got["translations"].numpy()[0].tolist())) == 3  # three different hypotheses, best first
+
+
+def forced_search(translator, pieces):
+    """The unconstrained search's ``(best ids, best scores)`` of the real sentences, and those of the search whose
+    target prefix is the first ``pieces`` pieces of that best output (all of it but EOS: ``None``)."""
+    source = translator.encode_strings(tf.constant([sentence for sentence in SENTENCES if sentence]))
+    ids, scores, _ = translator.search(source)  # [batch, beam, len]
+    best = np.asarray(ids)[:, 0]  # [batch, len]
+    lengths = (best != PAD_ID).sum(axis=1)  # EOS counted
+    ends = lengths - 1 if pieces is None else np.full_like(lengths, pieces)
+    assert (lengths > ends).all()  # each prefix stops before EOS
+    prefix = np.where(np.arange(best.shape[1])[None, :] < ends[:, None], best, PAD_ID)  # [batch, len]: 0-padded
+    forced_ids, forced_scores, _ = translator.search(source, prefix_ids=prefix)
+    forced = np.asarray(forced_ids)[:, 0]
+    width = max(forced.shape[1], best.shape[1])
+    pad = lambda a: np.pad(a, [(0, 0), (0, width - a.shape[1])])  # noqa: E731
+    return (pad(best), np.asarray(scores)[:, 0]), (pad(forced), np.asarray(forced_scores)[:, 0]), prefix
+
+
+@pytest.mark.parametrize("pieces", [1, 2, 4, None])
+def test_a_prefix_of_the_best_greedy_output_gives_that_output_and_its_score(translator, pieces):
+    """Beam 1: forcing the first ``pieces`` pieces of the unconstrained output leaves the search where it would
+    have been, so it ends with that same output and score (the forced pieces scored as if chosen)."""
+    (best, scores), (forced, forced_scores), _ = forced_search(translator.with_options(beam_size=1), pieces)
+    np.testing.assert_array_equal(forced, best)
+    np.testing.assert_allclose(forced_scores, scores, atol=1e-5)
+
+
+@pytest.mark.parametrize("pieces", [1, 2, 4, None])
+def test_a_prefix_of_the_best_beam_output_keeps_it_or_finds_a_better_one(translator, pieces):
+    """Beam 4: the whole best output as a prefix gives it back with its score. A shorter prefix puts the whole
+    beam on that prefix's continuations, which the unconstrained search pruned among others, so the search ends
+    with the same output and score, or one with that prefix that scores higher (two pieces of this model's
+    first sentence: -17.46 against -17.53), never a worse one."""
+    (best, scores), (forced, forced_scores), prefix = forced_search(translator, pieces)
+    assert (np.where(prefix != PAD_ID, forced[:, : prefix.shape[1]], PAD_ID) == prefix).all()  # starts with it
+    same = (forced == best).all(axis=1)
+    np.testing.assert_allclose(forced_scores[same], scores[same], atol=1e-5)
+    assert (forced_scores[~same] > scores[~same]).all()
+    if pieces is None:
+        assert same.all()

@@ -11,7 +11,6 @@ from pipelines import UNK_ID, Tokenizer
 from tests.checkpoints import assert_identical
 from tests.corpora import tiny_options
 from tf_transformer.cli.train import _weights
-from tf_transformer.training.options import OptionError, check_data
 from tf_transformer.training.resume import ResumeError
 from tf_transformer.training.trainer import train
 
@@ -28,19 +27,21 @@ def write_other(directory, n=150):
 
 
 def test_weights_are_checked_naming_the_flag():
-    assert _weights(None, 2) is None and _weights(["0.7", "0.3"], 2) == (0.7, 0.3)
-    for values, sources, message in [
-        (["0.7", "0.3"], 3, "--data_weights gives 2 weight.*for 3 --data source"),
-        (["0.7", "x"], 2, "--data_weights 0.7,x: give numbers"),
-        (["0.7", "0"], 2, "each weight must be a positive number"),
-        (["-1", "2"], 2, "each weight must be a positive number"),
+    """The command line reads numbers; the run options, however made, hold one positive weight per source."""
+    assert _weights(None) is None and _weights(["0.7", "0.3"]) == (0.7, 0.3)
+    with pytest.raises(app.UsageError, match="--data_weights 0.7,x: give numbers"):
+        _weights(["0.7", "x"])
+    for data, weights, message in [
+        (("a", "b", "c"), (0.7, 0.3), "--data_weights gives 2 weight.*for 3 --data source"),
+        (("a", "b"), (1.0,), "--data_weights gives 1 weight"),
+        ("a", (0.5, 0.5), "--data_weights gives 2 weight.*for 1 --data source"),
+        (("a", "b"), (0.7, 0.0), "each weight must be a positive number"),
+        (("a", "b"), (-1.0, 2.0), "each weight must be a positive number"),
+        (("a", "b"), (1.0, float("inf")), "each weight must be a positive number"),
     ]:
-        with pytest.raises(app.UsageError, match=message):
-            _weights(values, sources)
-    with pytest.raises(OptionError, match="--data_weights gives 1 weight"):
-        check_data(dataclasses.replace(tiny_options("a"), data=("a", "b"), data_weights=(1.0,)))
-    with pytest.raises(OptionError, match="each weight must be a positive number"):
-        check_data(dataclasses.replace(tiny_options("a"), data=("a", "b"), data_weights=(1.0, float("inf"))))
+        with pytest.raises(ValueError, match=message):
+            dataclasses.replace(tiny_options("a"), data=data, data_weights=weights)
+    assert dataclasses.replace(tiny_options("a"), data=("a", "b"), data_weights=(0.7, 0.3)).data_weights == (0.7, 0.3)
 
 
 @pytest.mark.slow

@@ -19,18 +19,15 @@ import sys
 
 from absl import app, flags
 
-from tf_transformer.cli import check_model_flags, run_main
+from configs.decoding import SEARCH_SETTINGS
+from tf_transformer.cli import run_main
+from tf_transformer.cli.flag_groups import check_model_flags, decode_request, define_decoding_flags, define_model_flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string(
-    "model_dir", None, "A training run directory: every layer and head (its averaged or newest checkpoint)."
+define_model_flags(
+    "Or an export's version directory: its translate_with_alignment signature only.",
+    "A training run directory: every layer and head (its averaged or newest checkpoint).",
 )
-flags.DEFINE_string(
-    "checkpoint",
-    None,
-    "With --model_dir: this checkpoint prefix instead of the default one, or best (tft-train --keep_best_by).",
-)
-flags.DEFINE_string("model", None, "Or an export's version directory: its translate_with_alignment signature only.")
 flags.DEFINE_string("sentence", None, "One source sentence.")
 flags.DEFINE_string("input", None, "Or a file of source sentences, one a line.")
 flags.DEFINE_string("output", None, "Directory the figures go to (made if missing).")
@@ -51,8 +48,7 @@ flags.DEFINE_list("heads", None, "The two heads of figure 4, e.g. 4,5 (default: 
 flags.DEFINE_bool(
     "words", False, "Merge pieces into words: keys summed over a word's pieces, queries averaged (said in each title)."
 )
-flags.DEFINE_integer("beam_size", None, "With --model_dir: beam size (default: the config's).", lower_bound=1)
-flags.DEFINE_float("alpha", None, "With --model_dir: length penalty α (default: the config's).")
+define_decoding_flags(("beam_size", "alpha"), " (--model_dir only)")
 flags.DEFINE_integer("max_sentences", 20, "Refuse inputs of more sentences (each gets a dozen figures).", lower_bound=1)
 
 
@@ -87,6 +83,7 @@ def _heads() -> tuple[int, int] | None:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    request = decode_request(allow_with_model=SEARCH_SETTINGS)  # refused with --model below, with the others
     if FLAGS.model and any(
         value is not None
         for value in (FLAGS.checkpoint, FLAGS.layer, FLAGS.token, FLAGS.heads, FLAGS.beam_size, FLAGS.alpha)
@@ -95,7 +92,7 @@ def main(argv):
             "--checkpoint, --layer, --token, --heads, --beam_size and --alpha need --model_dir: an export holds "
             "one layer's attention, heads averaged, with its search fixed at export"
         )
-    check_model_flags(FLAGS.model, FLAGS.model_dir)
+    check_model_flags()
     if not FLAGS.output:
         raise app.UsageError("--output DIR is required")
     sentences = _sentences()
@@ -123,10 +120,7 @@ def main(argv):
             layer = penultimate(config.num_layers) if FLAGS.layer is None else FLAGS.layer
             if layer >= config.num_layers:
                 raise ValueError(f"--layer {layer}: the model has layers 0 to {config.num_layers - 1}")
-            from tf_transformer.decoding.decode_options import DecodeOptions
-
-            options = DecodeOptions.from_config(config, beam_size=FLAGS.beam_size, alpha=FLAGS.alpha)
-            results = report.run_attention(FLAGS.model_dir, sentences, FLAGS.checkpoint, options)
+            results = report.run_attention(FLAGS.model_dir, sentences, FLAGS.checkpoint, request)
             results = [
                 (source, translation, maps.words() if FLAGS.words else maps) for source, translation, maps in results
             ]

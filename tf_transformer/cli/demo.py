@@ -26,14 +26,14 @@ def main() -> int:
     tf = start_tensorflow()
     from absl import logging
 
-    from configs import get_config
+    from configs import RunOptions, get_config
     from pipelines import DataError
     from pipelines.download import fetch_multi30k
     from tf_transformer.evaluation import read_test_set, score
     from tf_transformer.exporting.saved_model import export_run
     from tf_transformer.inference.batch_translation import translate_lines
     from tf_transformer.training.averaging import average_checkpoints
-    from tf_transformer.training.trainer import RunOptions, train
+    from tf_transformer.training.trainer import train
 
     logging.set_verbosity(logging.WARNING)
     minutes = float(os.environ.get("DEMO_MINUTES", "18"))

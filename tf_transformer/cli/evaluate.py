@@ -22,17 +22,17 @@ import sys
 
 from absl import app, flags
 
-from tf_transformer.cli import check_model_flags, run_main
+from tf_transformer.cli import run_main
+from tf_transformer.cli.flag_groups import (
+    check_model_flags,
+    decode_request,
+    define_batch_flags,
+    define_decoding_flags,
+    define_model_flags,
+)
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model", None, "Exported SavedModel directory.")
-flags.DEFINE_string("model_dir", None, "Or a training run directory (its averaged or newest checkpoint).")
-flags.DEFINE_string(
-    "checkpoint",
-    None,
-    "--model_dir only: a checkpoint prefix, or 'best' for the run's best checkpoint (--keep_best_by); default: "
-    "MODEL_DIR/averaged/ckpt while current, else the newest.",
-)
+define_model_flags("Exported SavedModel directory.", "Or a training run directory (its averaged or newest checkpoint).")
 flags.DEFINE_string("src", None, "Source sentences, one per line (a parser: default, the words of --ref's trees).")
 flags.DEFINE_string(
     "ref", None, "Reference translations, line-aligned with --src (a parser: gold trees, .mrg).", required=True
@@ -40,17 +40,15 @@ flags.DEFINE_string(
 flags.DEFINE_string("output", None, "Write the hypotheses here (default: print none).")
 flags.DEFINE_bool("lowercase", False, "Lowercase before BLEU (translation).")
 flags.DEFINE_string("tokenize", None, "sacreBLEU tokenizer (13a, intl, none, …; translation; default 13a).")
-flags.DEFINE_integer("beam_size", None, "Beam size (--model_dir only).", lower_bound=1)
-flags.DEFINE_float("alpha", None, "Length penalty α (--model_dir only).")
-flags.DEFINE_integer("batch_size", 64, "Sentences per batch.", lower_bound=1)
+define_decoding_flags(("beam_size", "alpha"), " (--model_dir only)")
+define_batch_flags()
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    if FLAGS.model and FLAGS.checkpoint:
-        raise app.UsageError("--checkpoint needs --model_dir: an export holds the weights of one checkpoint")
-    check_model_flags(FLAGS.model, FLAGS.model_dir)
+    request = decode_request(allow_with_model=())
+    check_model_flags()
     from tf_transformer.cli import model_task, read_test_set
     from tf_transformer.inference.batch_translation import translate_lines, translate_with_checkpoint
 
@@ -73,11 +71,8 @@ def main(argv):
         try:
             checkpoint = resolve_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
             print(f"checkpoint: {checkpoint}", file=sys.stderr, flush=True)
-            from tf_transformer.decoding.decode_options import DecodeOptions
-
-            options = DecodeOptions.for_run(FLAGS.model_dir, beam_size=FLAGS.beam_size, alpha=FLAGS.alpha)
             results = translate_with_checkpoint(
-                FLAGS.model_dir, sources, FLAGS.batch_size, options, progress=progress, checkpoint=checkpoint
+                FLAGS.model_dir, sources, FLAGS.batch_size, request, progress=progress, checkpoint=checkpoint
             )
         except (FileNotFoundError, ValueError) as error:
             raise app.UsageError(str(error)) from None

@@ -11,7 +11,9 @@ import sys
 
 from absl import app, flags
 
+from configs.decoding import SEARCH_SETTINGS
 from tf_transformer.cli import run_main
+from tf_transformer.cli.flag_groups import decode_request, define_decoding_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "Model directory written by tft-train.", required=True)
@@ -41,13 +43,8 @@ flags.DEFINE_string(
     "Checkpoint prefix, or best: the best dev evaluation's (tft-train --keep_best_by) "
     "(default: MODEL_DIR/averaged/ckpt, else the newest).",
 )
-flags.DEFINE_integer("beam_size", None, "Beam size (default: the config's, 4).", lower_bound=1)
-flags.DEFINE_float("alpha", None, "Length penalty α (default: the config's, 0.6).")
-flags.DEFINE_integer("max_extra_length", None, "Longest output = input length + this (default: the config's, 50).")
+define_decoding_flags(SEARCH_SETTINGS[:2] + SEARCH_SETTINGS[3:], " (the export's own; a request may change it)")
 flags.DEFINE_alias("extra_length", "max_extra_length")  # the name of earlier versions
-flags.DEFINE_integer(
-    "min_length", 2, "No EOS before this many output tokens, EOS counted (2: EOS never first; 0: none).", lower_bound=0
-)
 flags.DEFINE_integer(
     "max_output_length", None, "Cap on the output length besides input + --max_extra_length.", lower_bound=1
 )
@@ -148,15 +145,11 @@ def main(argv):
         checkpoint = resolve_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
         options = DecodeOptions.for_run(
             FLAGS.model_dir,
-            beam_size=FLAGS.beam_size,
-            alpha=FLAGS.alpha,
-            max_extra_length=FLAGS.max_extra_length,
-            min_length=FLAGS.min_length,
             max_output_length=FLAGS.max_output_length,
             batch_parts=FLAGS.batch_parts,
             max_source_length=FLAGS.max_source_length,
             truncate_source=FLAGS.truncate_source,
-        )
+        ).merged(decode_request())
         path = export_run(
             FLAGS.model_dir,
             FLAGS.output,

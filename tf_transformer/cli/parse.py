@@ -17,15 +17,25 @@ import sys
 
 from absl import app, flags
 
-from tf_transformer.cli import apply_thread_flags, check_model_flags, define_thread_flags, run_main
+from tf_transformer.cli import run_main
+from tf_transformer.cli.flag_groups import (
+    apply_thread_flags,
+    check_model_flags,
+    decode_request,
+    define_batch_flags,
+    define_decoding_flags,
+    define_model_flags,
+    define_thread_flags,
+)
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model", None, "Exported parser (SavedModel directory; beam and α fixed at export).")
-flags.DEFINE_string("model_dir", None, "Or a parsing run directory: decodes its averaged or newest checkpoint.")
+define_model_flags(
+    "Exported parser (SavedModel directory; beam and α fixed at export).",
+    "Or a parsing run directory: decodes its averaged or newest checkpoint.",
+)
 flags.DEFINE_bool("pretokenized", False, "Lines are Penn Treebank tokens separated by spaces already.")
-flags.DEFINE_integer("batch_size", 32, "Sentences per batch.", lower_bound=1)
-flags.DEFINE_integer("beam_size", None, "Beam size (--model_dir only; default: the run's, 21).", lower_bound=1)
-flags.DEFINE_float("alpha", None, "Length penalty α (--model_dir only; default: the run's, 0.3).")
+define_batch_flags(32)
+define_decoding_flags(("beam_size", "alpha"), " (--model_dir only; a parsing run's: 21 and 0.3)")
 define_thread_flags()
 
 
@@ -39,9 +49,8 @@ def penn_tokens(line: str) -> str:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    if FLAGS.model and (FLAGS.beam_size or FLAGS.alpha is not None):
-        raise app.UsageError("--beam_size and --alpha are fixed when exporting: use --model_dir to choose them")
-    check_model_flags(FLAGS.model, FLAGS.model_dir)
+    request = decode_request(allow_with_model=())
+    check_model_flags()
     apply_thread_flags()
     from pipelines import DataError, split_lines
     from tf_transformer.cli import model_task
@@ -61,10 +70,7 @@ def main(argv):
         if FLAGS.model:
             translate = export_translate(FLAGS.model)
         else:
-            from tf_transformer.decoding.decode_options import DecodeOptions
-
-            options = DecodeOptions.for_run(FLAGS.model_dir, beam_size=FLAGS.beam_size, alpha=FLAGS.alpha)
-            run = checkpoint_translate(FLAGS.model_dir, options)
+            run = checkpoint_translate(FLAGS.model_dir, request)
             translate = lambda batch: [result[0] for result in run(batch)]  # noqa: E731  (the best of each)
     except (ValueError, FileNotFoundError) as error:
         raise app.UsageError(str(error)) from None

@@ -19,33 +19,34 @@ import sys
 
 from absl import app, flags
 
-from tf_transformer.cli import check_model_flags, run_main
+from tf_transformer.cli import run_main
+from tf_transformer.cli.flag_groups import (
+    check_model_flags,
+    decode_request,
+    define_batch_flags,
+    define_decoding_flags,
+    define_model_flags,
+)
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model", None, "Exported SavedModel directory (its score signature).")
-flags.DEFINE_string("model_dir", None, "Or a training run directory (its averaged or newest checkpoint).")
-flags.DEFINE_string(
-    "checkpoint",
-    None,
-    "--model_dir only: a checkpoint prefix, or 'best' for the run's best checkpoint (--keep_best_by); default: "
-    "MODEL_DIR/averaged/ckpt while current, else the newest.",
+define_model_flags(
+    "Exported SavedModel directory (its score signature).",
+    "Or a training run directory (its averaged or newest checkpoint).",
 )
 flags.DEFINE_string("src", None, "Source sentences, one per line (a parser: default, the words of --tgt's trees).")
 flags.DEFINE_string("tgt", None, "Targets, line-aligned with --src (a parser: trees).", required=True)
-flags.DEFINE_float("alpha", None, "Length penalty α of the score column (default: the export's or config's).")
+define_decoding_flags(("alpha",), " of the score column")
 flags.DEFINE_bool("token_scores", False, "Add a column of each target token's log-probability.")
-flags.DEFINE_integer("batch_size", 64, "Pairs per batch.", lower_bound=1)
+define_batch_flags(what="Pairs")
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    if FLAGS.model and FLAGS.checkpoint:
-        raise app.UsageError("--checkpoint needs --model_dir: an export holds the weights of one checkpoint")
-    if FLAGS.alpha is not None and FLAGS.alpha < 0:
-        raise app.UsageError(f"--alpha must not be negative, got {FLAGS.alpha}")
-    check_model_flags(FLAGS.model, FLAGS.model_dir)
+    request = decode_request(allow_with_model=("alpha",))  # scores are normalized here, with any α
+    check_model_flags()
     from tf_transformer.cli import model_task, read_test_set
+    from tf_transformer.decoding.decode_options import DecodeOptions
     from tf_transformer.inference import batch_scoring
 
     task = model_task(FLAGS.model, FLAGS.model_dir)
@@ -58,7 +59,6 @@ def main(argv):
             scorer = batch_scoring.export_scorer(FLAGS.model)
             recorded = read_export_info(FLAGS.model).options
         else:
-            from tf_transformer.decoding.decode_options import DecodeOptions
             from tf_transformer.run_dir import resolve_checkpoint
 
             checkpoint = resolve_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
@@ -67,7 +67,7 @@ def main(argv):
             recorded = DecodeOptions.for_run(FLAGS.model_dir)
     except (ValueError, FileNotFoundError) as error:
         raise app.UsageError(str(error)) from None
-    alpha = FLAGS.alpha if FLAGS.alpha is not None else (recorded.alpha if recorded else 0.6)
+    alpha = request.resolved(recorded or DecodeOptions()).alpha
 
     def progress(done, total):
         print(f"\rscored {done}/{total}", end="", file=sys.stderr, flush=True)

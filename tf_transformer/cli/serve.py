@@ -12,7 +12,8 @@ import sys
 
 from absl import app, flags
 
-from tf_transformer.cli import apply_thread_flags, define_thread_flags, run_main
+from tf_transformer.cli import run_main
+from tf_transformer.cli.flag_groups import apply_thread_flags, define_thread_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(

@@ -9,6 +9,7 @@ Flags can also come from a file: ``tft-train --flagfile=run.flags``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import sys
 
 from absl import app, flags, logging
 
-from configs import PRECISIONS, STRATEGIES, preset_names
+from configs import PRECISIONS, STRATEGIES, RunOptions, preset_names
 from tf_transformer.cli import run_main
 from tf_transformer.tasks import TASK_NAMES
 
@@ -152,22 +153,34 @@ def _overrides(settings: list[str]) -> dict:
         raise app.UsageError(str(error)) from error
 
 
-def _weights(values: list[str] | None, sources: int) -> tuple[float, ...] | None:
-    """``--data_weights`` as numbers: one positive weight per ``--data`` source."""
+def _weights(values: list[str] | None) -> tuple[float, ...] | None:
+    """``--data_weights`` as numbers (how many, and their signs, are :class:`~configs.RunOptions`' to check)."""
     if values is None:
         return None
     try:
-        weights = tuple(float(value) for value in values)
+        return tuple(float(value) for value in values)
     except ValueError:
         raise app.UsageError(f"--data_weights {','.join(values)}: give numbers, e.g. 0.7,0.3") from None
-    if len(weights) != sources:
-        raise app.UsageError(
-            f"--data_weights gives {len(weights)} weight(s) for {sources} --data source(s): give one per source, "
-            "in the order of the --data flags"
-        )
-    if not all(0 < weight < float("inf") for weight in weights):
-        raise app.UsageError(f"--data_weights {','.join(values)}: each weight must be a positive number")
-    return weights
+
+
+def run_options(task) -> RunOptions:
+    """The :class:`~configs.RunOptions` of the flags: each option from the flag of its name, but those whose
+    flag says it differently (several ``--data``, a task's default splits, 0 or '' for none). A
+    ``UsageError`` names a flag whose value the options refuse."""
+    special = {
+        "data": FLAGS.data[0] if len(FLAGS.data) == 1 else tuple(FLAGS.data),
+        "data_weights": _weights(FLAGS.data_weights),
+        "task": task.name,
+        "train_split": task.splits.train if FLAGS.train_split is None else FLAGS.train_split,
+        "dev_split": (task.splits.dev if FLAGS.dev_split is None else FLAGS.dev_split) or None,
+        "checkpoint_every": FLAGS.checkpoint_every or None,
+        "verbose": "auto" if os.isatty(1) else 2,
+    }
+    fields = [field.name for field in dataclasses.fields(RunOptions) if field.name not in special]
+    try:
+        return RunOptions(**special, **{name: FLAGS[name].value for name in fields if name in FLAGS})
+    except ValueError as error:
+        raise app.UsageError(str(error)) from None
 
 
 def main(argv):
@@ -175,21 +188,19 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     if not FLAGS.data:
         raise app.UsageError("--data is required: a corpus directory or file prefix")
-    weights = _weights(FLAGS.data_weights, len(FLAGS.data))
     if not FLAGS.model_dir:
         raise app.UsageError("--model_dir is required: where the run is written")
     from tf_transformer.tasks import get_task
 
     task = get_task(FLAGS.task)
-    train_split = task.splits.train if FLAGS.train_split is None else FLAGS.train_split
-    dev_split = task.splits.dev if FLAGS.dev_split is None else FLAGS.dev_split
+    options = run_options(task)
     if task.name != "parsing" and FLAGS.linearization:
         raise app.UsageError(f"--linearization is for --task parsing, not --task {task.name}")
     for data in FLAGS.data:
         if task.name == "parsing" and not os.path.isdir(data):
             raise app.UsageError(f"--data {data!r}: --task parsing reads a directory of treebank files")
         local = not data.startswith("tfds:")
-        if local and not os.path.exists(data) and not os.path.exists(f"{data}{train_split}.{FLAGS.src}"):
+        if local and not os.path.exists(data) and not os.path.exists(f"{data}{options.train_split}.{FLAGS.src}"):
             raise app.UsageError(f"--data {data!r}: no such directory or file prefix")
     from configs import get_config
     from pipelines import DataError
@@ -197,7 +208,7 @@ def main(argv):
     from tf_transformer.training.cluster import ClusterError
     from tf_transformer.training.options import OptionError
     from tf_transformer.training.resume import ResumeError
-    from tf_transformer.training.trainer import RunOptions, train
+    from tf_transformer.training.trainer import train
 
     logging.set_verbosity(logging.INFO)
     overrides = _overrides(FLAGS.set)
@@ -213,38 +224,6 @@ def main(argv):
         config = get_config(FLAGS.config, **overrides)
     # The task's decoding settings (parsing: section 6.3's beam 21, α 0.3, input + 300), unless --set.
     config = config.replace(**{name: value for name, value in task.decoding.items() if name not in overrides})
-    options = RunOptions(
-        data=FLAGS.data[0] if len(FLAGS.data) == 1 else tuple(FLAGS.data),
-        data_weights=weights,
-        task=task.name,
-        linearization=FLAGS.linearization,  # None: the task's default, resolved and recorded by the trainer
-        src=FLAGS.src,
-        tgt=FLAGS.tgt,
-        train_split=train_split,
-        dev_split=dev_split or None,
-        epochs=FLAGS.epochs,
-        train_steps=FLAGS.train_steps,
-        steps_per_epoch=FLAGS.steps_per_epoch,
-        checkpoint_every=FLAGS.checkpoint_every or None,
-        keep_checkpoints=FLAGS.keep_checkpoints,
-        tokens_per_batch=FLAGS.tokens_per_batch,
-        max_train_length=FLAGS.max_train_length,
-        precision=FLAGS.precision,
-        strategy=FLAGS.strategy,
-        jit_compile=FLAGS.jit_compile,
-        accumulate_steps=FLAGS.accumulate_steps,
-        seed=FLAGS.seed,
-        vocab_size=FLAGS.vocab_size,
-        vocab_model_type=FLAGS.vocab_model_type,
-        dev_bleu_sentences=FLAGS.dev_bleu_sentences,
-        attention_images=FLAGS.attention_images,
-        max_minutes=FLAGS.max_minutes,
-        keep_best_by=FLAGS.keep_best_by,
-        early_stopping=FLAGS.early_stopping,
-        init_from=FLAGS.init_from,
-        worker_timeout=FLAGS.worker_timeout,
-        verbose="auto" if os.isatty(1) else 2,
-    )
     print(f"TensorBoard: tensorboard --logdir {os.path.join(FLAGS.model_dir, 'logs')}", flush=True)
     try:
         summary = train(config, options, FLAGS.model_dir)

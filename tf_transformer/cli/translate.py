@@ -18,7 +18,16 @@ import sys
 
 from absl import app, flags
 
-from tf_transformer.cli import apply_thread_flags, check_model_flags, define_thread_flags, run_main
+from tf_transformer.cli import run_main
+from tf_transformer.cli.flag_groups import (
+    apply_thread_flags,
+    check_model_flags,
+    decode_request,
+    define_batch_flags,
+    define_decoding_flags,
+    define_model_flags,
+    define_thread_flags,
+)
 from tf_transformer.inference.batch_translation import (
     checked_sources,
     checkpoint_translate,
@@ -29,62 +38,30 @@ from tf_transformer.inference.batch_translation import (
 )
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model", None, "Exported SavedModel directory (beam size and α fixed at export).")
-flags.DEFINE_string("model_dir", None, "Or a training run directory: decodes its averaged or newest checkpoint.")
-flags.DEFINE_string(
-    "checkpoint",
-    None,
-    "--model_dir only: a checkpoint prefix, or 'best' for the run's best checkpoint (--keep_best_by); default: "
-    "MODEL_DIR/averaged/ckpt while current, else the newest.",
+define_model_flags(
+    "Exported SavedModel directory (an export takes beam sizes 1, 2, 4, 8 or its own, and lengths up to its own).",
+    "Or a training run directory: decodes its averaged or newest checkpoint.",
 )
-flags.DEFINE_integer("batch_size", 64, "Sentences per batch.", lower_bound=1)
-flags.DEFINE_integer(
-    "chunk_size",
-    10_000,
-    "Lines read, sorted by length and translated before their translations are written and more is read.",
-    lower_bound=1,
-)
-flags.DEFINE_integer(
-    "beam_size",
-    None,
-    "Beam size (default: the config's or export's; an export takes 1, 2, 4, 8 or its own).",
-    lower_bound=1,
-)
-flags.DEFINE_float("alpha", None, "Length penalty α (default: the config's or export's).", lower_bound=0)
-flags.DEFINE_integer(
-    "nbest", 1, "Hypotheses per input, written 'index<TAB>score<TAB>text' (at most the beam size).", lower_bound=1
-)
-flags.DEFINE_integer(
-    "min_length",
-    None,
-    "No EOS before this many output tokens, EOS counted (default 2: EOS never first).",
-    lower_bound=0,
-)
-flags.DEFINE_integer(
-    "max_extra_length", None, "Longest output = input length + this (an export's is its most).", lower_bound=0
-)
+define_decoding_flags(sampling=True)
 flags.DEFINE_string(
     "target_prefix",
     None,
     "File of target prefixes, one per input line ('' for none): each output starts with its line's prefix "
     "(docs/inference.md#target-prefixes).",
 )
-flags.DEFINE_bool(
-    "sampling",
-    False,
-    "Draw each next token from the model's distribution (--temperature, --top_k, --top_p, --seed) instead of a "
-    "beam search: one output per line, scored by its log-probability (docs/inference.md#sampling).",
-)
-flags.DEFINE_float("temperature", 1.0, "--sampling: divide the log-probabilities by this.")
-flags.DEFINE_integer("top_k", 0, "--sampling: draw among the k most probable tokens (0: all).", lower_bound=0)
-flags.DEFINE_float("top_p", 1.0, "--sampling: then among the fewest whose probability reaches p (1: all).")
-flags.DEFINE_integer("seed", 1, "--sampling: the seed; the same seed and input give the same outputs.")
 flags.DEFINE_bool("scores", False, "Write 'score<TAB>translation' lines.")
 flags.DEFINE_bool(
     "alignment",
     False,
     "Append '<TAB>i-j …' to each line: source-target word pairs from the export's translate_with_alignment "
     "signature (--model only).",
+)
+define_batch_flags()
+flags.DEFINE_integer(
+    "chunk_size",
+    10_000,
+    "Lines read, sorted by length and translated before their translations are written and more is read.",
+    lower_bound=1,
 )
 flags.DEFINE_integer(
     "batch_parts", 1, "Batch parts decoded side by side (--model_dir only; an export fixes its own).", lower_bound=1
@@ -103,87 +80,47 @@ define_thread_flags()
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    if FLAGS.model and FLAGS.checkpoint:
-        raise app.UsageError("--checkpoint needs --model_dir: an export holds the weights of one checkpoint")
-    if FLAGS.alignment and not FLAGS.model:
-        raise app.UsageError("--alignment needs --model: an export with the translate_with_alignment signature")
-    search_flags = {
-        name: getattr(FLAGS, name)
-        for name in ("beam_size", "alpha", "min_length", "max_extra_length")
-        if getattr(FLAGS, name) is not None
-    }
+    request = decode_request(prefix=FLAGS.target_prefix is not None)
     if FLAGS.model and FLAGS.batch_parts != 1:
         raise app.UsageError("--batch_parts is fixed when exporting (tft-export); use --model_dir to choose it")
-    if FLAGS.alignment and (search_flags or FLAGS.nbest != 1 or FLAGS.target_prefix or FLAGS.sampling):
+    if FLAGS.alignment and not FLAGS.model:
+        raise app.UsageError("--alignment needs --model: an export with the translate_with_alignment signature")
+    if FLAGS.alignment and not request.is_default():
         raise app.UsageError(
             "--alignment comes from the export's translate_with_alignment signature, at the export's settings: "
             "drop --beam_size, --alpha, --min_length, --max_extra_length, --nbest, --target_prefix and --sampling"
         )
-    sampling = None
-    if FLAGS.sampling:
-        if FLAGS.nbest != 1 or FLAGS.target_prefix or set(search_flags) - {"max_extra_length"}:
-            raise app.UsageError(
-                "--sampling draws one output per line: it takes no --nbest, --target_prefix, "
-                "--beam_size, --alpha or --min_length"
-            )
-        from tf_transformer.decoding.decode_options import Sampling
-
-        try:
-            sampling = Sampling(FLAGS.temperature, FLAGS.top_k, FLAGS.top_p, FLAGS.seed)
-        except ValueError as error:
-            raise app.UsageError(f"--{error}") from None
-    elif (FLAGS.temperature, FLAGS.top_k, FLAGS.top_p) != (1.0, 0, 1.0):
-        raise app.UsageError("--temperature, --top_k and --top_p need --sampling")
-    check_model_flags(FLAGS.model, FLAGS.model_dir)  # after the flags' combinations: they need no files
+    check_model_flags()  # after the flags' combinations: they need no files
     apply_thread_flags(FLAGS.workers * FLAGS.batch_parts)  # searches at once: batches × each one's parts
     from pipelines import DataError, split_lines
+    from tf_transformer.cli import model_task
 
     def progress(done, total):
         print(f"\rtranslated {done}", end="", file=sys.stderr, flush=True)
 
-    with_prefix = FLAGS.target_prefix is not None
     try:
         if FLAGS.model:
-            translate = export_translate(
-                FLAGS.model,
-                alignment=FLAGS.alignment,
-                nbest=FLAGS.nbest,
-                options=search_flags,
-                sampling=sampling,
-                with_prefix=with_prefix,
-            )
+            translate = export_translate(FLAGS.model, request, FLAGS.alignment)
         else:
+            from tf_transformer.decoding.decode_options import DecodeOptions
             from tf_transformer.run_dir import resolve_checkpoint
 
             checkpoint = resolve_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
             print(f"checkpoint: {checkpoint}", file=sys.stderr, flush=True)
-            from tf_transformer.decoding.decode_options import DecodeOptions
-
-            options = DecodeOptions.for_run(FLAGS.model_dir, batch_parts=FLAGS.batch_parts, **search_flags)
-            translate = checkpoint_translate(FLAGS.model_dir, options, FLAGS.nbest, checkpoint, sampling, with_prefix)
+            options = DecodeOptions.for_run(FLAGS.model_dir, batch_parts=FLAGS.batch_parts)
+            translate = checkpoint_translate(FLAGS.model_dir, request, options, checkpoint)
     except (ValueError, FileNotFoundError) as error:
         raise app.UsageError(str(error)) from None
-    from tf_transformer.cli import model_task
-
     translate = postprocessed(translate, model_task(FLAGS.model, FLAGS.model_dir).postprocess)  # a parser: trees
     lines = split_lines(sys.stdin.buffer, "<stdin>")  # the lines training and tft-evaluate would read
-    if with_prefix:
+    if request.prefix:
         lines = with_prefixes(lines, FLAGS.target_prefix)
     if FLAGS.model:
         lines = checked_sources(lines, FLAGS.model, "<stdin>")  # a line over the export's limit is named
     results = translate_stream(translate, lines, FLAGS.batch_size, FLAGS.chunk_size, FLAGS.workers, progress)
     try:
         for index, result in enumerate(results):
-            if isinstance(result, list):  # n-best
-                for text, score in result:
-                    if FLAGS.nbest > 1:
-                        print(f"{index}\t{score:.4f}\t{text}")
-                    else:
-                        print(f"{score:.4f}\t{text}" if FLAGS.scores else text)
-            else:
-                text, score, *alignment = result
-                line = f"{score:.4f}\t{text}" if FLAGS.scores else text
-                print("\t".join([line, *alignment]))
+            write_result(index, result)
             if (index + 1) % FLAGS.chunk_size == 0:
                 sys.stdout.flush()  # a chunk's translations are out before the next chunk is read
     except DataError as error:
@@ -201,6 +138,21 @@ def main(argv):
         print(file=sys.stderr)
         raise app.UsageError(f"{graph_error(error)} (the translations of the chunks before were written)") from None
     print(file=sys.stderr)
+
+
+def write_result(index: int, result) -> None:
+    """One input's output lines: n-best ``index<TAB>score<TAB>text`` lines, or its text (``--scores``: with its
+    score first; ``--alignment``: with its word pairs last)."""
+    if isinstance(result, list):  # n-best
+        for text, score in result:
+            if FLAGS.nbest > 1:
+                print(f"{index}\t{score:.4f}\t{text}")
+            else:
+                print(f"{score:.4f}\t{text}" if FLAGS.scores else text)
+        return
+    text, score, *alignment = result
+    line = f"{score:.4f}\t{text}" if FLAGS.scores else text
+    print("\t".join([line, *alignment]))
 
 
 def run():

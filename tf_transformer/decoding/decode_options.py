@@ -13,6 +13,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from configs.decoding import SETTINGS
+
+# The beam sizes an export's options signature compiles in besides its own (:meth:`DecodeOptions.beam_sizes`):
+# the search builds its beam into its shapes, so a request picks one of a fixed set.
+BEAM_SIZES = (1, 2, 4, 8)
+
 
 @dataclasses.dataclass(frozen=True)
 class DecodeOptions:
@@ -48,18 +54,19 @@ class DecodeOptions:
       truncate_source: see ``max_source_length``.
     """
 
-    beam_size: int = 4
-    alpha: float = 0.6
-    max_extra_length: int = 50
-    min_length: int = 2
+    beam_size: int = SETTINGS["beam_size"].default
+    alpha: float = SETTINGS["alpha"].default
+    max_extra_length: int = SETTINGS["max_extra_length"].default
+    min_length: int = SETTINGS["min_length"].default
     max_output_length: int | None = None
     batch_parts: int = 1
     max_source_length: int | None = None
     truncate_source: bool = False
 
     def __post_init__(self):
-        if self.beam_size < 1:
-            raise ValueError(f"beam_size must be positive, got {self.beam_size}")
+        for name in ("beam_size", "alpha", "max_extra_length", "min_length"):
+            if (why := SETTINGS[name].violation(getattr(self, name))) is not None:
+                raise ValueError(why)
         if self.max_output_length is not None and self.max_output_length < 1:
             raise ValueError(f"max_output_length must be positive, got {self.max_output_length}")
         if self.batch_parts < 1:
@@ -97,51 +104,37 @@ class DecodeOptions:
         """The options as JSON values, by field name (what an export records)."""
         return dataclasses.asdict(self)
 
-    def longest_output(self, source_length: int) -> int:
+    def merged(self, request) -> DecodeOptions:
+        """These options with the beam size, α and lengths a ``request``
+        (:class:`~tf_transformer.decoding.request.DecodeRequest`) sets: a translator
+        built for that request, as a run directory decodes (an export's options
+        are fixed, and a request is checked against them instead)."""
+        names = ("beam_size", "alpha", "min_length", "max_extra_length")
+        return self.replace(**{name: getattr(request, name) for name in names if getattr(request, name) is not None})
+
+    def beam_sizes(self) -> list[int]:
+        """The beam sizes a request may choose in an export with these options: its own and :data:`BEAM_SIZES`."""
+        return sorted({*BEAM_SIZES, self.beam_size})
+
+    def longest_output(self, source_length, request=None, prefix_length=None, minimum=min, maximum=max):
         """The most tokens (EOS counted) a source of ``source_length`` tokens (with EOS) may produce.
 
-        The bound ``Translator.search`` sets in its graph, in Python.
+        ``request`` (a :class:`~tf_transformer.decoding.request.DecodeRequest`)
+        may change ``max_extra_length`` and ``min_length``; an output with a
+        target prefix of ``prefix_length`` tokens has room for it and one more
+        (EOS). The search sets this bound per sentence in its graph, with
+        ``int32[batch]`` lengths and ``minimum=tf.minimum, maximum=tf.maximum``;
+        a server computes it in Python.
         """
-        longest = source_length + self.max_extra_length
+        extra, min_length = self.max_extra_length, self.min_length
+        if request is not None:
+            extra = extra if request.max_extra_length is None else request.max_extra_length
+            min_length = min_length if request.min_length is None else request.min_length
+        longest = source_length + extra
         if self.max_output_length is not None:
-            longest = min(longest, self.max_output_length)
-        if self.min_length:
-            longest = max(longest, self.min_length)
+            longest = minimum(longest, self.max_output_length)
+        if prefix_length is not None:
+            longest = maximum(longest, prefix_length + 1)
+        if not isinstance(min_length, int) or min_length:  # a tensor, or a positive int
+            longest = maximum(longest, min_length)
         return longest
-
-
-@dataclasses.dataclass(frozen=True)
-class Sampling:
-    """How :mod:`~tf_transformer.decoding.sampling` draws each next token, instead of a beam search.
-
-    Args:
-      temperature: the log-probabilities are divided by this (below 1: sharper; above: flatter).
-      top_k: draw among the ``top_k`` most probable tokens only (0: all).
-      top_p: then among the fewest most probable whose probability sums to ``top_p`` (1: all).
-      seed: the draws' seed; the same seed and input give the same outputs.
-    """
-
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 1
-
-    def __post_init__(self):
-        if not self.temperature > 0:
-            raise ValueError(f"temperature must be positive, got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must not be negative (0: all tokens), got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-
-    def batch_seed(self, lines) -> int:
-        """The seed of one batch of ``lines``: ``seed`` mixed with their text.
-
-        Batches with the same seed would otherwise draw from the same random
-        stream; mixed with the text, each batch draws its own, whatever the
-        order batches run in (several workers) or how many there are.
-        """
-        import zlib
-
-        digest = zlib.crc32("\n".join(map(str, lines)).encode("utf-8"))
-        return (self.seed * 1_000_003 + digest) % (2**63)

@@ -34,9 +34,11 @@ import shutil
 import keras
 import tensorflow as tf
 
+from configs.decoding import SAMPLING_SETTINGS, SEARCH_SETTINGS, SETTINGS
 from pipelines import target_model_beside
 from tf_transformer.decoding.decode_options import DecodeOptions
 from tf_transformer.decoding.precision import inference_copy
+from tf_transformer.decoding.request import DecodeRequest
 from tf_transformer.exporting.export_info import REQUEST_TIME_SIGNATURES, ExportInfo, write_export_info
 from tf_transformer.files import replace_directory, staging_directory, write_failed
 from tf_transformer.inference.translator import Translator
@@ -70,50 +72,34 @@ def export_info(
 def request_time_endpoints(translator: Translator) -> dict:
     """The signatures that take their settings per request: ``name → (function, input_signature)``.
 
-    ``translate_with_options`` (:meth:`Translator.translate_with_options`),
-    ``score`` (:meth:`Translator.score`) and ``sample`` (:meth:`Translator.sample`).
-    Their scalar inputs make them callable only in TF Serving's columnar
-    request format (docs/inference.md#request-time-options).
+    ``translate_with_options`` (:meth:`Translator.translate_with_options`: the
+    beam search's settings and target prefixes), ``score`` (:meth:`Translator.score`)
+    and ``sample`` (:meth:`Translator.sample`). Each setting is a scalar input of
+    its :data:`configs.decoding.SETTINGS` dtype, which makes these signatures callable
+    only in TF Serving's columnar request format (docs/inference.md#request-time-options).
     """
     strings = lambda name: tf.TensorSpec([None], tf.string, name=name)  # noqa: E731
-    scalar = lambda name, dtype: tf.TensorSpec([], dtype, name=name)  # noqa: E731
+    scalars = lambda names: [tf.TensorSpec([], SETTINGS[name].dtype, name=name) for name in names]  # noqa: E731
 
-    def translate_with_options(inputs, target_prefix, beam_size, alpha, nbest, min_length, max_extra_length):
-        return translator.translate_with_options(
-            inputs, target_prefix, beam_size, alpha, nbest, min_length, max_extra_length
-        )
+    def translate_with_options(inputs, target_prefix, *settings):
+        request = DecodeRequest.from_settings(dict(zip(SEARCH_SETTINGS, settings, strict=True)))
+        return translator.translate_with_options(inputs, target_prefix, request)
 
     def score(inputs, targets):
         return translator.score(inputs, targets)
 
-    def sample(inputs, seed, temperature, top_k, top_p, max_extra_length):
-        return translator.sample(inputs, seed, temperature, top_k, top_p, max_extra_length)
+    def sample(inputs, *settings):
+        return translator.sample(
+            inputs, DecodeRequest.from_settings(dict(zip(SAMPLING_SETTINGS, settings, strict=True)))
+        )
 
     return {
         "translate_with_options": (
             translate_with_options,
-            [
-                strings("inputs"),
-                strings("target_prefix"),
-                scalar("beam_size", tf.int32),
-                scalar("alpha", tf.float32),
-                scalar("nbest", tf.int32),
-                scalar("min_length", tf.int32),
-                scalar("max_extra_length", tf.int32),
-            ],
+            [strings("inputs"), strings("target_prefix"), *scalars(SEARCH_SETTINGS)],
         ),
         "score": (score, [strings("inputs"), strings("targets")]),
-        "sample": (
-            sample,
-            [
-                strings("inputs"),
-                scalar("seed", tf.int64),
-                scalar("temperature", tf.float32),
-                scalar("top_k", tf.int32),
-                scalar("top_p", tf.float32),
-                scalar("max_extra_length", tf.int32),
-            ],
-        ),
+        "sample": (sample, [strings("inputs"), *scalars(SAMPLING_SETTINGS)]),
     }
 
 

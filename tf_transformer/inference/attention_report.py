@@ -29,6 +29,7 @@ from tf_transformer.attention_maps import (
     words_of,
 )
 from tf_transformer.decoding.decode_options import DecodeOptions
+from tf_transformer.decoding.request import DecodeRequest
 from tf_transformer.language_codes import SourcePieces
 
 UNITS_NOTE = {
@@ -144,12 +145,12 @@ def run_attention(
     model_dir: str,
     sentences: Sequence[str],
     checkpoint: str | None = None,
-    options: DecodeOptions | None = None,
+    request: DecodeRequest | None = None,
 ) -> list[tuple[str, str, AttentionMaps]]:
     """``(source, translation, maps)`` for each sentence with a run's checkpoint (beam search, then every weight).
 
-    ``options``: the search's :class:`~tf_transformer.decoding.decode_options.DecodeOptions`
-    (by default the run's).
+    ``request``: what the search changes of the run's options
+    (:class:`~tf_transformer.decoding.request.DecodeRequest`: beam size, α, lengths).
     """
     import tensorflow as tf
 
@@ -160,7 +161,8 @@ def run_attention(
 
     model, config = restore_model(model_dir, checkpoint)
     tokenizer = run_tokenizer(model_dir)
-    translator = Translator(model, tokenizer, options or DecodeOptions.from_config(config))
+    request = request or DecodeRequest()
+    translator = Translator(model, tokenizer, DecodeOptions.from_config(config).merged(request))
     piece = tokenizer.python_processor().id_to_piece
     results = []
     for sentence in sentences:

@@ -2,80 +2,57 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 
-from tf_transformer.decoding.decode_options import DecodeOptions, Sampling
+from configs.decoding import SETTINGS
+from tf_transformer.decoding.decode_options import DecodeOptions
+from tf_transformer.decoding.request import DecodeRequest
 
 
 def export_translate(
-    model_path: str,
-    alignment: bool = False,
-    nbest: int = 1,
-    options: dict | None = None,
-    sampling: Sampling | None = None,
-    with_prefix: bool = False,
+    model_path: str, request: DecodeRequest | None = None, alignment: bool = False
 ) -> Callable[[list], list]:
     """``translate(batch of lines) → [(translation, score), …]`` with the SavedModel at ``model_path``.
 
-    ``alignment``: ``(translation, score, "i-j …")`` from the export's
+    ``request`` (:class:`~tf_transformer.decoding.request.DecodeRequest`): any
+    setting it makes (n-best, beam, α, lengths, target prefixes: each line a
+    ``(source, prefix)`` pair) uses the ``translate_with_options`` signature and
+    gives n-best lists; sampling uses ``sample``. It is checked against the
+    export's recorded options first: a ``RequestError`` (a ``ValueError``) names
+    the setting. ``alignment``: ``(translation, score, "i-j …")`` from the export's
     ``translate_with_alignment`` signature (a ``ValueError`` if it has none).
-    ``nbest`` > 1, ``options`` (any of ``beam_size``, ``alpha``, ``min_length``,
-    ``max_extra_length``; the export's own by default) or ``with_prefix`` (each
-    line a ``(source, target prefix)`` pair) use ``translate_with_options``, and
-    give n-best lists; ``sampling`` uses ``sample``.
     """
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
     from tf_transformer.exporting.export_info import read_export_info
 
+    request = request or DecodeRequest()
     signatures = tf.saved_model.load(model_path).signatures
-    if sampling is not None:
+    if request.sampling is not None:
         name = "sample"
-    elif nbest > 1 or options or with_prefix:
+    elif not request.is_default():
         name = "translate_with_options"
     else:
         name = "translate_with_alignment" if alignment else "serving_default"
     if name not in signatures:
         raise ValueError(f"{model_path} has no {name} signature: export it again with this version's tft-export")
     serving = signatures[name]
-    recorded = read_export_info(model_path).options or DecodeOptions()
-    if name == "translate_with_options":
-        from tf_transformer.inference.translator import BEAM_SIZES
-
-        chosen = {**recorded.to_dict(), **(options or {})}
-        sizes = sorted({*BEAM_SIZES, recorded.beam_size})
-        if chosen["beam_size"] not in sizes:
-            allowed = ", ".join(map(str, sizes))
-            raise ValueError(f"--beam_size {chosen['beam_size']}: this export's beam_size must be one of {allowed}")
-        if nbest > chosen["beam_size"]:
-            raise ValueError(f"--nbest {nbest} exceeds the beam size {chosen['beam_size']}")
-        if chosen["max_extra_length"] > recorded.max_extra_length:
-            raise ValueError(
-                f"--max_extra_length {chosen['max_extra_length']}: this export's is at most {recorded.max_extra_length}"
-            )
-        scalars = {
-            "beam_size": tf.constant(chosen["beam_size"], tf.int32),
-            "alpha": tf.constant(chosen["alpha"], tf.float32),
-            "nbest": tf.constant(nbest, tf.int32),
-            "min_length": tf.constant(chosen["min_length"], tf.int32),
-            "max_extra_length": tf.constant(chosen["max_extra_length"], tf.int32),
-        }
+    scalars = {}
+    if name != "serving_default" and name != "translate_with_alignment":
+        recorded = read_export_info(model_path).options or DecodeOptions()
+        request.check(recorded)
+        scalars = {key: tf.constant(value, SETTINGS[key].dtype) for key, value in request.values(recorded).items()}
 
     def translate(batch):
-        sources = [item[0] for item in batch] if with_prefix else batch
+        sources = [source_of(item) for item in batch]
         if name == "sample":
-            outputs = serving(
-                inputs=tf.constant(sources),
-                seed=tf.constant(sampling.batch_seed(sources), tf.int64),
-                temperature=tf.constant(sampling.temperature, tf.float32),
-                top_k=tf.constant(sampling.top_k, tf.int32),
-                top_p=tf.constant(sampling.top_p, tf.float32),
-                max_extra_length=tf.constant((options or {}).get("max_extra_length", recorded.max_extra_length)),
-            )
+            seed = tf.constant(request.sampling.batch_seed(sources), tf.int64)
+            outputs = serving(inputs=tf.constant(sources), **{**scalars, "seed": seed})
         elif name == "translate_with_options":
-            prefixes = [item[1] for item in batch] if with_prefix else [""] * len(batch)
+            prefixes = [item[1] for item in batch] if request.prefix else [""] * len(batch)
             outputs = serving(inputs=tf.constant(sources), target_prefix=tf.constant(prefixes), **scalars)
             texts, scores = outputs["translations"].numpy(), outputs["scores"].numpy()  # [batch, nbest]
             return [[_row(values) for values in zip(texts[row], scores[row], strict=True)] for row in range(len(batch))]
@@ -211,34 +188,32 @@ def translate_with_checkpoint(
     model_dir,
     lines,
     batch_size,
+    request: DecodeRequest | None = None,
     options: DecodeOptions | None = None,
-    nbest=1,
     progress=None,
     checkpoint=None,
     workers=1,
 ):
-    """n-best ``[(text, score), …]`` per line from a run's checkpoint, with any decoding options.
+    """n-best ``[(text, score), …]`` per line from a run's checkpoint (:func:`checkpoint_translate`).
 
-    ``options``: a :class:`~tf_transformer.decoding.decode_options.DecodeOptions`
-    (by default the run's); ``checkpoint`` is a checkpoint prefix, by default
-    :func:`~tf_transformer.run_dir.default_checkpoint`; ``workers``: see :func:`_translate_batches`.
+    ``workers``: see :func:`_translate_batches`.
     """
-    translate = checkpoint_translate(model_dir, options, nbest, checkpoint)
+    translate = checkpoint_translate(model_dir, request, options, checkpoint)
     return _translate_batches(lines, batch_size, translate, workers, progress)
 
 
 def checkpoint_translate(
-    model_dir,
-    options: DecodeOptions | None = None,
-    nbest=1,
-    checkpoint=None,
-    sampling: Sampling | None = None,
-    with_prefix: bool = False,
+    model_dir, request: DecodeRequest | None = None, options: DecodeOptions | None = None, checkpoint=None
 ) -> Callable[[list], list]:
     """``translate(batch of lines) → n-best [(text, score), …] per line`` with a run's checkpoint.
 
-    ``sampling``: one sampled ``(text, score)`` per line instead. ``with_prefix``:
-    each line a ``(source, target prefix)`` pair, each output starting with its prefix.
+    ``request`` (:class:`~tf_transformer.decoding.request.DecodeRequest`): any
+    beam size, α and lengths (the translator is built for them), n-best, target
+    prefixes (each line a ``(source, prefix)`` pair); with sampling, one sampled
+    ``(text, score)`` per line. ``options``: the translator's other options
+    (batch parts, limits; by default the run's); ``checkpoint`` is a checkpoint
+    prefix, by default :func:`~tf_transformer.run_dir.default_checkpoint`.
+    A ``RequestError`` (a ``ValueError``) names a setting out of range.
     """
     import tensorflow as tf
 
@@ -246,36 +221,36 @@ def checkpoint_translate(
     from tf_transformer.run_dir import restore_model
     from tf_transformer.tasks import run_tokenizer
 
+    request = request or DecodeRequest()
     model, config = restore_model(model_dir, checkpoint)
-    options = options or DecodeOptions.from_config(config)
-    if nbest > options.beam_size:
-        raise ValueError(f"--nbest {nbest} exceeds --beam_size {options.beam_size}")
+    options = (options or DecodeOptions.from_config(config)).merged(request)
+    request.check(options, compiled_beams=False)
     translator = Translator(model, run_tokenizer(model_dir), options)
-    if sampling is not None:
+    if request.sampling is not None:
         run = tf.function(
-            lambda texts, seed: translator.sample(texts, seed, sampling.temperature, sampling.top_k, sampling.top_p),
+            lambda texts, seed: translator.sample(
+                texts, request.replace(sampling=dataclasses.replace(request.sampling, seed=seed))
+            ),
             reduce_retracing=True,
         )
 
         def sample(batch):
-            outputs = run(tf.constant(batch), tf.constant(sampling.batch_seed(batch), tf.int64))
+            outputs = run(tf.constant(batch), tf.constant(request.sampling.batch_seed(batch), tf.int64))
             return [
                 _row(values) for values in zip(outputs["translations"].numpy(), outputs["scores"].numpy(), strict=True)
             ]
 
         return sample
-    if with_prefix:
-        run = tf.function(
-            lambda texts, prefixes: translator.translate_with_options(texts, prefixes, nbest=nbest),
-            reduce_retracing=True,
-        )
+    nbest = request.nbest
+    if request.prefix:
+        run = tf.function(lambda texts, prefixes: translator.translate(texts, request, prefixes), reduce_retracing=True)
     else:
-        translate_texts = tf.function(lambda texts: translator.translate(texts, nbest=nbest), reduce_retracing=True)
+        translate_texts = tf.function(lambda texts: translator.translate(texts, request), reduce_retracing=True)
         run = lambda texts, prefixes: translate_texts(texts)  # noqa: E731
 
     def translate(batch):
-        sources = [item[0] for item in batch] if with_prefix else batch
-        prefixes = tf.constant([item[1] for item in batch]) if with_prefix else None
+        sources = [source_of(item) for item in batch]
+        prefixes = tf.constant([item[1] for item in batch]) if request.prefix else None
         outputs = run(tf.constant(sources), prefixes)
         texts = outputs["translations"].numpy().reshape(len(batch), nbest)
         scores = outputs["scores"].numpy().reshape(len(batch), nbest)

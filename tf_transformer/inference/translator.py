@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from configs.decoding import SETTINGS
 from pipelines.vocab import Tokenizer
 from tf_transformer.constants import EOS_ID, PAD_ID
 from tf_transformer.decoding.alignment import graph_word_alignment, hypothesis_attention
 from tf_transformer.decoding.beam_search import beam_search
 from tf_transformer.decoding.decode_options import DecodeOptions
 from tf_transformer.decoding.incremental import IncrementalDecoder
+from tf_transformer.decoding.request import DecodeRequest, Sampling
 from tf_transformer.decoding.sampling import sample_search
 from tf_transformer.decoding.scoring import score_ids
 
-# The beam sizes an options signature compiles in (:meth:`Translator.translate_with_options`), besides the
-# export's own: the search builds its beam into its shapes, so a request picks one of a fixed set.
-BEAM_SIZES = (1, 2, 4, 8)
+_ASSERTIONS = {
+    ">=": tf.debugging.assert_greater_equal,
+    ">": tf.debugging.assert_greater,
+    "<=": tf.debugging.assert_less_equal,
+}
 
 
 class Translator(tf.Module):
@@ -62,39 +66,35 @@ class Translator(tf.Module):
         """A copy of this translator with ``freeze_weights=True`` (the model's weights as they are now)."""
         return Translator(self.model, self.tokenizer, self.options, freeze_weights=True)
 
-    def search(
-        self,
-        inputs,
-        beam_size: int | None = None,
-        alpha: float | None = None,
-        use_cache: bool = True,
-        force_length: int | None = None,
-        batch_parts: int | None = None,
-        min_length=None,
-        max_extra_length=None,
-        prefix_ids=None,
-    ):
+    def with_options(self, **changes) -> Translator:
+        """This translator with ``changes`` to its options (its frozen weights shared, if any).
+
+        ``min_length`` = ``max_output_length`` = n makes every output n tokens
+        long, so that speed runs do a fixed amount of work.
+        """
+        copy = Translator(self.model, self.tokenizer, self.options.replace(**changes))
+        copy.frozen_weights = self.frozen_weights
+        return copy
+
+    def search(self, inputs, request: DecodeRequest | None = None, prefix_ids=None, use_cache: bool = True):
         """Token ids ``int32[batch, src_len]`` (EOS-terminated, 0-padded) → n-best.
 
+        ``request`` (:class:`~tf_transformer.decoding.request.DecodeRequest`): what
+        this call changes of the translator's options (beam size, α,
+        ``min_length``, ``max_extra_length``; all but the beam size may be scalar
+        tensors: one graph for any value). ``prefix_ids`` ``int32[batch, prefix_len]``
+        (0-padded, no EOS): each output starts with its row's prefix
+        (:func:`~tf_transformer.decoding.beam_search.beam_search`'s ``forced_ids``),
+        and may be one token longer than it whatever the other limits.
         ``use_cache=False`` re-runs the whole decoder over the prefix at every
-        step (for measuring what the cache saves); ``force_length`` sets both
-        the minimum and the maximum output length (EOS included) for this call,
-        so speed runs do a fixed amount of work; ``beam_size``, ``alpha``,
-        ``batch_parts``, ``min_length`` and ``max_extra_length`` override the
-        translator's options for this call (α, ``min_length`` and
-        ``max_extra_length`` may be scalar tensors: one graph for any value).
-        ``prefix_ids`` ``int32[batch, prefix_len]`` (0-padded, no EOS): each
-        output starts with its row's prefix (:func:`~tf_transformer.decoding.beam_search.beam_search`'s
-        ``forced_ids``), and may be one token longer than it whatever the other limits.
+        step (for measuring what the cache saves).
 
         Returns ``(ids int32[batch, beam, out_len], scores float32[batch, beam], steps)``.
         """
-        parts = self.options.batch_parts if batch_parts is None else batch_parts
-        if parts < 1:
-            raise ValueError(f"batch_parts must be positive, got {parts}")
-        limits = (beam_size, alpha, use_cache, force_length, min_length, max_extra_length)
+        request = (request or DecodeRequest()).resolved(self.options)
+        parts = self.options.batch_parts
         if parts == 1:
-            return self._search(inputs, *limits, prefix_ids)
+            return self._search(inputs, request, prefix_ids, use_cache)
         inputs = tf.convert_to_tensor(inputs, tf.int32)
         batch = tf.shape(inputs)[0]
 
@@ -105,7 +105,9 @@ class Translator(tf.Module):
             return tf.split(tf.concat([rows, filler], axis=0), parts)
 
         prefixes = [None] * parts if prefix_ids is None else split(tf.convert_to_tensor(prefix_ids, tf.int32))
-        results = [self._search(rows, *limits, prefix) for rows, prefix in zip(split(inputs), prefixes, strict=True)]
+        results = [
+            self._search(rows, request, prefix, use_cache) for rows, prefix in zip(split(inputs), prefixes, strict=True)
+        ]
         length = tf.reduce_max(tf.stack([tf.shape(ids)[2] for ids, _, _ in results]))
         ids = tf.concat(
             [tf.pad(ids, [[0, 0], [0, 0], [0, length - tf.shape(ids)[2]]]) for ids, _, _ in results], axis=0
@@ -114,30 +116,20 @@ class Translator(tf.Module):
         steps = tf.reduce_max(tf.stack([steps for _, _, steps in results]))
         return ids, scores, steps
 
-    def _search(self, inputs, beam_size, alpha, use_cache, force_length, min_length, max_extra_length, prefix_ids):
-        """:meth:`search` of one batch in one loop."""
-        options = self.options
-        beam_size = beam_size or options.beam_size
-        alpha = options.alpha if alpha is None else alpha
+    def _search(self, inputs, request: DecodeRequest, prefix_ids, use_cache: bool):
+        """:meth:`search` of one batch in one loop, with a ``request`` resolved against the options."""
+        beam_size = request.beam_size
         model = self.model
         inputs = tf.convert_to_tensor(inputs, tf.int32)
         batch = tf.shape(inputs)[0]
         source_lengths = tf.reduce_sum(tf.cast(inputs != PAD_ID, tf.int32), axis=1)  # [batch]
-        min_length = options.min_length if min_length is None else min_length
-        cap = options.max_output_length
-        if force_length:
-            min_length = cap = force_length
-        extra = options.max_extra_length if max_extra_length is None else max_extra_length
-        # DecodeOptions.longest_output, per sentence of the batch.
-        max_lengths = source_lengths + extra  # [batch]: input length + 50
-        if cap is not None:
-            max_lengths = tf.minimum(max_lengths, cap)
-        if prefix_ids is not None:  # room for the prefix and one token (EOS) after it
+        prefix_lengths = None
+        if prefix_ids is not None:
             prefix_ids = tf.convert_to_tensor(prefix_ids, tf.int32)
             prefix_lengths = tf.reduce_sum(tf.cast(prefix_ids != PAD_ID, tf.int32), axis=1)  # [batch]
-            max_lengths = tf.maximum(max_lengths, prefix_lengths + 1)
-        if not isinstance(min_length, int) or min_length:
-            max_lengths = tf.maximum(max_lengths, min_length)
+        max_lengths = self.options.longest_output(
+            source_lengths, request, prefix_lengths, tf.minimum, tf.maximum
+        )  # [batch]: input length + 50, within the caps
         max_length = tf.reduce_max(max_lengths)
         decoding = self.decoding
         memory, memory_mask = decoding.encode(inputs)  # [batch, src_len, d_model]
@@ -176,9 +168,9 @@ class Translator(tf.Module):
             batch,
             max_lengths,
             beam_size=beam_size,
-            alpha=alpha,
+            alpha=request.alpha,
             reorder_cache=reorder_cache,
-            min_length=min_length,
+            min_length=request.min_length,
             first_step_fn=first_step_fn,
             forced_ids=prefix_ids,
         )
@@ -230,23 +222,43 @@ class Translator(tf.Module):
         eos = tf.fill([tokens.nrows(), 1], tf.constant(EOS_ID, tf.int32))
         return tf.concat([tokens, eos], axis=1).to_tensor(default_value=PAD_ID)
 
-    def translate(self, texts, nbest: int = 1):
+    def translate(self, texts, request: DecodeRequest | None = None, target_prefix=None):
         """``string[batch]`` → ``{"translations": string[batch], "scores": float32[batch]}``.
 
-        Empty (or all-whitespace) inputs give empty outputs with score 0. With
-        ``nbest > 1`` the outputs are ``[batch, nbest]``.
+        ``request``: what this call changes of the options, in Python values
+        built into the graph (checked against the options, any beam size
+        allowed; for scalar tensors see :meth:`translate_with_options`). With
+        ``nbest > 1`` the outputs are ``[batch, nbest]``. ``target_prefix``
+        ``string[batch]``: each output starts with its prefix ("": none;
+        :meth:`encode_prefixes`), whose tokens count in its score. Empty (or
+        all-whitespace) inputs give empty outputs with score 0.
         """
+        request = (request or DecodeRequest()).check(self.options, compiled_beams=False)
         texts = tf.convert_to_tensor(texts, tf.string)
-        empty = tf.equal(tf.strings.length(tf.strings.strip(texts)), 0)  # [batch]
-        ids, scores, _ = self.search(self.limit_source(self.encode_strings(texts)))
-        batch = tf.shape(ids)[0]
-        flat = tf.reshape(ids[:, :nbest], [batch * nbest, -1])  # [batch * nbest, len]
-        strings = tf.reshape(self.tokenizer.detokenize_target(flat), [batch, nbest])
-        strings = tf.where(empty[:, None], "", strings)
-        scores = tf.where(empty[:, None], 0.0, scores[:, :nbest])
-        if nbest == 1:
-            return {"translations": strings[:, 0], "scores": scores[:, 0]}
-        return {"translations": strings, "scores": scores}
+        source_ids, prefix_ids = self._encode(texts, target_prefix)
+        ids, scores, _ = self.search(source_ids, request, prefix_ids)
+        outputs = self._nbest(texts, ids, scores, request.nbest)
+        if request.nbest == 1:
+            return {"translations": outputs["translations"][:, 0], "scores": outputs["scores"][:, 0]}
+        return {"translations": outputs["translations"], "scores": outputs["scores"]}
+
+    def _encode(self, texts, target_prefix=None, checks=()):
+        """``(source_ids, prefix_ids)`` of ``string[batch]`` sources, computed after ``checks``, and of their
+        target prefixes (``None`` without): ``int32[batch, src_len]`` and ``int32[batch, prefix_len]``."""
+        with tf.control_dependencies(list(checks)):
+            source_ids = self.limit_source(self.encode_strings(texts))  # [batch, src_len]
+        if target_prefix is None:
+            return source_ids, None
+        # Room for the prefix and EOS within the longest output.
+        prefix_ids = self._check_targets(self.encode_prefixes(tf.convert_to_tensor(target_prefix)), "prefix", 1)
+        return source_ids, prefix_ids
+
+    def _nbest(self, texts, ids, scores, nbest):
+        """``translations`` ``string[batch, nbest]``, ``scores`` and ``ids`` of the first ``nbest`` hypotheses."""
+        ids, scores = ids[:, :nbest], scores[:, :nbest]  # [batch, nbest, len], [batch, nbest]
+        batch, length = tf.shape(ids)[0], tf.shape(ids)[2]
+        strings = tf.reshape(self.tokenizer.detokenize_target(tf.reshape(ids, [-1, length])), [batch, nbest])
+        return blank_empty_inputs(texts, {"translations": strings, "scores": scores, "ids": ids})
 
     def encode_targets(self, texts):
         """Targets ``string[batch]`` → ``int32[batch, len]`` ids ending in EOS, 0-padded (as training reads them)."""
@@ -299,138 +311,89 @@ class Translator(tf.Module):
         target_ids = self._check_targets(self.encode_targets(tf.convert_to_tensor(targets, tf.string)), "target")
         return score_ids(self.model, source_ids, target_ids, self.options.alpha if alpha is None else alpha)
 
-    def _extra_length_checks(self, extra) -> list:
-        """Assertions that a request's ``max_extra_length`` is within ``[0, options.max_extra_length]``."""
-        most = self.options.max_extra_length
-        return [
-            tf.debugging.assert_non_negative(extra, message="Decoding option max_extra_length must not be negative"),
-            tf.debugging.assert_less_equal(
-                extra, most, message=f"Decoding option max_extra_length must be at most {most}, this model's most"
-            ),
-        ]
+    def _request_checks(self, request: DecodeRequest) -> list:
+        """The graph's assertions that ``request`` (settings as scalar tensors) keeps its
+        :meth:`~tf_transformer.decoding.request.DecodeRequest.limits`: the call fails with
+        ``InvalidArgumentError`` naming the setting, in the words a Python check uses."""
+        values = request.values(self.options)
+        checks = []
+        for limit in request.limits(self.options):
+            value = values[limit.setting]
+            if limit.op == "in":
+                allowed = tf.reduce_any(tf.equal(value, limit.bound))
+                check = tf.debugging.assert_equal(allowed, True, message=limit.message)
+            else:
+                bound = values[limit.bound] if isinstance(limit.bound, str) else tf.cast(limit.bound, value.dtype)
+                check = _ASSERTIONS[limit.op](value, bound, message=limit.message)
+            checks.append(check)
+        return checks
 
-    def translate_with_options(
-        self, texts, target_prefix=None, beam_size=None, alpha=None, nbest=1, min_length=None, max_extra_length=None
-    ):
-        """:meth:`translate` with decoding options given per call (scalar tensors: one graph serves any).
+    def _as_tensors(self, request: DecodeRequest) -> DecodeRequest:
+        """``request`` resolved, with each of its settings a scalar tensor of its signature's dtype."""
+        values = request.values(self.options)
+        tensors = {name: tf.cast(value, SETTINGS[name].dtype) for name, value in values.items()}
+        if request.sampling is None:
+            return request.resolved(self.options).replace(**tensors)
+        sampling = {name: tensors.pop(name) for name in ("seed", "temperature", "top_k", "top_p")}
+        return request.replace(sampling=Sampling(**sampling), **tensors)
 
-        ``beam_size`` must be the translator's own or one of :data:`BEAM_SIZES`
-        (each compiled into the graph: a search builds its beam into its shapes);
-        ``nbest`` at most the beam size; ``max_extra_length`` at most the
-        translator's (its cache and memory bound); ``min_length`` at most the
-        longest output. ``target_prefix`` ``string[batch]``: each output starts
-        with its prefix ("": none; :meth:`encode_prefixes`), whose tokens count
-        in its score. Options out of range fail the call with
-        ``InvalidArgumentError`` naming the option.
+    def translate_with_options(self, texts, target_prefix=None, request: DecodeRequest | None = None):
+        """:meth:`translate` with a ``request`` whose settings may be scalar tensors: one graph serves any.
+
+        The beam size must be one the graph compiled (:meth:`DecodeOptions.beam_sizes`:
+        a search builds its beam into its shapes); every setting is held to
+        :meth:`DecodeRequest.limits`, and one out of range fails the call with
+        ``InvalidArgumentError`` naming it.
 
         Returns ``translations`` ``string[batch, nbest]``, ``scores``
         ``float32[batch, nbest]`` and ``ids`` ``int32[batch, nbest, len]`` (0-padded).
         """
-        options = self.options
+        request = self._as_tensors(request or DecodeRequest())
         texts = tf.convert_to_tensor(texts, tf.string)
-        beam_size = tf.convert_to_tensor(options.beam_size if beam_size is None else beam_size, tf.int32)
-        alpha = tf.convert_to_tensor(options.alpha if alpha is None else alpha, tf.float32)
-        nbest = tf.convert_to_tensor(nbest, tf.int32)
-        min_length = tf.convert_to_tensor(options.min_length if min_length is None else min_length, tf.int32)
-        extra = tf.convert_to_tensor(options.max_extra_length if max_extra_length is None else max_extra_length)
-        extra = tf.cast(extra, tf.int32)
-        sizes = sorted({*BEAM_SIZES, options.beam_size})
-        longest = self.longest_target(0)  # the source limit: longest_target(extra) below
-        checks = [
-            tf.debugging.assert_equal(
-                tf.reduce_any(tf.equal(beam_size, sizes)),
-                True,
-                message=f"Decoding option beam_size must be one of {', '.join(map(str, sizes))}",
-            ),
-            tf.debugging.assert_greater_equal(nbest, 1, message="Decoding option nbest must be at least 1"),
-            tf.debugging.assert_less_equal(nbest, beam_size, message="Decoding option nbest must be at most beam_size"),
-            *self._extra_length_checks(extra),
-            tf.debugging.assert_non_negative(min_length, message="Decoding option min_length must not be negative"),
-            tf.debugging.assert_non_negative(alpha, message="Decoding option alpha must not be negative"),
-        ]
-        if longest is not None:
-            checks.append(
-                tf.debugging.assert_less_equal(
-                    min_length,
-                    longest + options.max_extra_length,
-                    message=f"Decoding option min_length must be at most {longest + options.max_extra_length}",
-                )
-            )
-        with tf.control_dependencies(checks):
-            source_ids = self.limit_source(self.encode_strings(texts))  # [batch, src_len]
-        prefix_ids = None
-        if target_prefix is not None:  # room for the prefix and EOS within the longest output
-            prefix_ids = self._check_targets(self.encode_prefixes(tf.convert_to_tensor(target_prefix)), "prefix", 1)
+        source_ids, prefix_ids = self._encode(texts, target_prefix, self._request_checks(request))
+        sizes = self.options.beam_sizes()
         widest = max(sizes)
 
         def search_with(size):
             def run():
-                ids, scores, _ = self.search(
-                    source_ids,
-                    beam_size=size,
-                    alpha=alpha,
-                    min_length=min_length,
-                    max_extra_length=extra,
-                    prefix_ids=prefix_ids,
-                )  # [batch, size, len], [batch, size]
+                ids, scores, _ = self.search(source_ids, request.replace(beam_size=size), prefix_ids)
                 pad = widest - size
                 return tf.pad(ids, [[0, 0], [0, pad], [0, 0]]), tf.pad(scores, [[0, 0], [0, pad]])
 
             return run
 
-        branch = tf.argmax(tf.cast(tf.equal(beam_size, sizes), tf.int32), output_type=tf.int32)
+        branch = tf.argmax(tf.cast(tf.equal(request.beam_size, sizes), tf.int32), output_type=tf.int32)
         ids, scores = tf.switch_case(branch, [search_with(size) for size in sizes])  # [batch, widest, len]
-        ids, scores = ids[:, :nbest], scores[:, :nbest]  # [batch, nbest, len], [batch, nbest]
-        batch, length = tf.shape(ids)[0], tf.shape(ids)[2]
-        strings = tf.reshape(self.tokenizer.detokenize_target(tf.reshape(ids, [-1, length])), [batch, nbest])
-        empty = tf.equal(tf.strings.length(tf.strings.strip(texts)), 0)[:, None]  # [batch, 1]
-        return {
-            "translations": tf.where(empty, "", strings),
-            "scores": tf.where(empty, 0.0, scores),
-            "ids": tf.where(empty[:, :, None], PAD_ID, ids),
-        }
+        return self._nbest(texts, ids, scores, request.nbest)
 
-    def sample(self, texts, seed, temperature=1.0, top_k=0, top_p=1.0, max_extra_length=None):
-        """Translations of ``texts`` sampled (:func:`~tf_transformer.decoding.sampling.sample_search`), one each.
+    def sample(self, texts, request: DecodeRequest):
+        """Translations of ``texts`` drawn as ``request.sampling`` says, one each
+        (:func:`~tf_transformer.decoding.sampling.sample_search`).
 
         Returns ``translations`` ``string[batch]`` and ``scores`` ``float32[batch]``,
         each output's log-probability under the model (not length-normalized).
-        ``temperature`` must be positive, ``top_k`` not negative, ``top_p`` in
-        (0, 1], ``max_extra_length`` at most the translator's; otherwise the call
-        fails with ``InvalidArgumentError`` naming the option.
+        The settings may be scalar tensors; one out of range
+        (:meth:`DecodeRequest.limits`) fails the call with ``InvalidArgumentError`` naming it.
         """
         options = self.options
+        request = self._as_tensors(request)
         texts = tf.convert_to_tensor(texts, tf.string)
-        extra = tf.cast(options.max_extra_length if max_extra_length is None else max_extra_length, tf.int32)
-        temperature = tf.cast(temperature, tf.float32)
-        top_k, top_p = tf.cast(top_k, tf.int32), tf.cast(top_p, tf.float32)
-        checks = [
-            tf.debugging.assert_positive(temperature, message="Sampling option temperature must be positive"),
-            tf.debugging.assert_non_negative(top_k, message="Sampling option top_k must not be negative (0: all)"),
-            tf.debugging.assert_positive(top_p, message="Sampling option top_p must be in (0, 1]"),
-            tf.debugging.assert_less_equal(top_p, 1.0, message="Sampling option top_p must be in (0, 1]"),
-            *self._extra_length_checks(extra),
-        ]
-        with tf.control_dependencies(checks):
-            source_ids = self.limit_source(self.encode_strings(texts))  # [batch, src_len]
+        source_ids, _ = self._encode(texts, checks=self._request_checks(request))
+        sampling = request.sampling
         ids, log_probs = sample_search(
             self.model,
             source_ids,
-            seed,
-            temperature,
-            top_k,
-            top_p,
-            max_extra_length=extra,
+            sampling.seed,
+            sampling.temperature,
+            sampling.top_k,
+            sampling.top_p,
+            max_extra_length=request.max_extra_length,
             max_output_length=options.max_output_length,
             min_length=options.min_length,
             decoding=self.decoding,
             weights=None if self.frozen_weights is None else self.frozen_weights.layers,
         )
-        empty = tf.equal(tf.strings.length(tf.strings.strip(texts)), 0)  # [batch]
-        return {
-            "translations": tf.where(empty, "", self.tokenizer.detokenize_target(ids)),
-            "scores": tf.where(empty, 0.0, log_probs),
-        }
+        return blank_empty_inputs(texts, {"translations": self.tokenizer.detokenize_target(ids), "scores": log_probs})
 
     def translate_with_alignment(self, texts, layer: int):
         """:meth:`translate` (best only) with the best translation's alignment to its source.
@@ -446,17 +409,28 @@ class Translator(tf.Module):
         search itself does not change.
         """
         texts = tf.convert_to_tensor(texts, tf.string)
-        empty = tf.equal(tf.strings.length(tf.strings.strip(texts)), 0)  # [batch]
         source_ids = self.limit_source(self.encode_strings(texts))  # [batch, src_len]
         ids, scores, _ = self.search(source_ids)
         best = ids[:, 0]  # [batch, out_len]
         attention = hypothesis_attention(self.model, source_ids, best, layer)  # [batch, out_len, src_len]
         pieces = self.tokenizer.pieces
         alignments = graph_word_alignment(attention, source_ids, best, pieces(source_ids), pieces(best))
-        return {
-            "translations": tf.where(empty, "", self.tokenizer.detokenize_target(best)),
-            "scores": tf.where(empty, 0.0, scores[:, 0]),
-            "alignments": tf.where(empty, "", alignments),
-            "attention": attention,
-            "ids": tf.where(empty[:, None], PAD_ID, best),
+        outputs = {
+            "translations": self.tokenizer.detokenize_target(best),
+            "scores": scores[:, 0],
+            "alignments": alignments,
+            "ids": best,
         }
+        return {**blank_empty_inputs(texts, outputs), "attention": attention}
+
+
+def blank_empty_inputs(texts, outputs: dict) -> dict:
+    """``outputs`` (first axis: the sentences of ``texts``) with the rows of empty or all-whitespace inputs
+    blanked: ``""`` for strings, 0 for numbers (the score of an empty output, PAD for its ids)."""
+    empty = tf.equal(tf.strings.length(tf.strings.strip(texts)), 0)  # [batch]
+
+    def blank(value):
+        rows = tf.reshape(empty, [-1] + [1] * (value.shape.rank - 1))  # [batch, 1, …]
+        return tf.where(rows, tf.zeros_like(value), value)
+
+    return {key: blank(value) for key, value in outputs.items()}

@@ -7,6 +7,7 @@ import os
 import numpy as np
 
 from tf_transformer.constants import EOS_ID, PAD_ID
+from tf_transformer.decoding.request import DecodeRequest, RequestError
 from tf_transformer.exporting.export_info import PADDED_AXES, SourceLimit, read_export_info
 from tf_transformer.serving.requests import ClientError, PredictRequest
 from tf_transformer.tasks import get_task
@@ -47,10 +48,17 @@ class Servable:
         self._metadata = _signature_defs(path)
 
     def check(self, request: PredictRequest) -> None:
-        """Refuses (:class:`ClientError`) a source over the export's length limit or an id outside its vocabulary.
+        """Refuses (:class:`ClientError`) a source over the export's length limit, an id outside its vocabulary,
+        or a decoding setting out of range (:meth:`~tf_transformer.decoding.request.DecodeRequest.check`
+        against the options the export records, as its graph would).
 
         An id row's length is its length as sent, padding ids included.
         """
+        if request.signature in DECODING_SIGNATURES and self.info.options is not None:
+            try:
+                DecodeRequest.from_settings(request.scalars).check(self.info.options)
+            except RequestError as error:
+                raise ClientError(str(error)) from None
         limit, vocab_size = self.limits.limit, self.limits.vocab_size
         if self.input_kinds[request.signature] != "ids":  # strings, alone or with other inputs
             for index, text in enumerate(request.rows):
@@ -153,6 +161,8 @@ class Servable:
         }
 
 
+# The signatures whose scalars are a decoding request (``tf_transformer.exporting.saved_model.request_time_endpoints``).
+DECODING_SIGNATURES = ("translate_with_options", "sample")
 SCALAR_DTYPES = {"int32": "int32", "int64": "int64", "float": "float32"}  # a scalar input's kind → its dtype
 
 

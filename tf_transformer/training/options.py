@@ -85,25 +85,8 @@ def resolve(options: RunOptions, strategy: tf.distribute.Strategy) -> Resolved:
     return Resolved(resolved, reason, defaulted)
 
 
-def check_data(options: RunOptions) -> None:
-    """Refuses ``--data_weights`` that do not give each ``--data`` source one positive weight."""
-    weights = options.data_weights
-    if weights is None:
-        return
-    sources = _listed(options.data)
-    if len(weights) != len(sources):
-        raise OptionError(
-            f"--data_weights gives {len(weights)} weight(s) for {len(sources)} --data source(s): give one per "
-            "source, in the order of the --data flags"
-        )
-    bad = [weight for weight in weights if not (weight > 0 and weight != float("inf"))]
-    if bad:
-        raise OptionError(f"--data_weights {','.join(map(str, weights))}: each weight must be a positive number")
-
-
 def check(options: RunOptions, strategy: tf.distribute.Strategy) -> None:
     """Refuses, with what to do instead, the combinations that fail (or are wrong) in TensorFlow or Keras."""
-    check_data(options)
     gpus = tf.config.list_logical_devices("GPU")
     if options.strategy == "multi_worker":
         if options.jit_compile and not gpus:

@@ -23,7 +23,7 @@ import os
 import re
 
 import pipelines
-from configs import PRESETS
+from configs.decoding import PARSING_DECODING
 from pipelines.sources import text_cache_dir
 from pipelines.text_lines import DataError, read_lines
 from tf_transformer.files import write_bytes
@@ -49,8 +49,7 @@ class Parsing(Task):
     metric = "f1"
     splits = Splits("wsj_0001-wsj_0159", "wsj_0160-wsj_0179")
     symbol_pattern = SYMBOL_PATTERN
-    # Section 6.3's beam 21, α 0.3 and input + 300, as the ``parsing`` preset holds them.
-    decoding = {name: getattr(PRESETS["parsing"], name) for name in ("beam_size", "alpha", "max_extra_length")}
+    decoding = PARSING_DECODING  # section 6.3's beam 21, α 0.3 and input + 300
 
     def __init__(self, linearization: str | None = None):
         self.linearization = linearization or DEFAULT_SCHEME
