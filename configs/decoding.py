@@ -85,6 +85,10 @@ SETTINGS: dict[str, Setting] = {setting.name: setting for setting in _SETTINGS}
 # sampling request sets (``sample``'s, with ``max_extra_length``).
 SEARCH_SETTINGS = ("beam_size", "alpha", "nbest", "min_length", "max_extra_length")
 SAMPLING_SETTINGS = ("seed", "temperature", "top_k", "top_p", "max_extra_length")
+# The settings a model has its own value of (its run config, what its export fixed): a request leaves them unset.
+MODEL_SETTINGS = ("beam_size", "alpha", "min_length", "max_extra_length")
+# The settings of the draws themselves (:class:`~tf_transformer.decoding.request.Sampling`).
+DRAW_SETTINGS = ("seed", "temperature", "top_k", "top_p")
 
 # Section 6.3's parsing: "a beam size of 21 and α = 0.3", "maximum output length to input length + 300".
 PARSING_DECODING = dict(beam_size=21, alpha=0.3, max_extra_length=300)

@@ -73,3 +73,9 @@ def test_the_server_reads_exports_without_keras_or_the_model():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout) == []
+
+
+def test_settings_the_flags_now_refuse_still_load_from_an_earlier_export():
+    """Earlier tft-export bounded neither --alpha nor --max_extra_length: what such an export recorded is read."""
+    info = ExportInfo.from_dict({"signatures": ["serving_default"], "beam_size": 4, "alpha": -0.2, "min_length": 0})
+    assert info.options == DecodeOptions(beam_size=4, alpha=-0.2, min_length=0)

@@ -5,6 +5,8 @@ replica or per micro-batch (rather than over the batch's tokens) moves the
 weights elsewhere; Adam's scale invariance would hide a mere constant factor.
 """
 
+import random
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -47,7 +49,14 @@ def stream(split=1):
 
 @pytest.fixture(scope="module")
 def initial_weights():
-    return build_transformer(CONFIG).get_weights()
+    """The same initial weights whichever tests ran before in this process: Keras's unseeded initializers draw
+    their seeds from Python's ``random`` (see tests/training/test_multi_worker_step.py)."""
+    state = random.getstate()
+    random.seed(5)
+    try:
+        return build_transformer(CONFIG).get_weights()
+    finally:
+        random.setstate(state)
 
 
 def trained(initial_weights, strategy, accumulate=1):
@@ -57,28 +66,41 @@ def trained(initial_weights, strategy, accumulate=1):
         compile_model(model, CONFIG, accumulate_steps=accumulate)
     steps = len(BATCHES) * accumulate
     history = model.fit(stream(accumulate), epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False)
-    return model.get_weights(), history.history["loss"][0], int(model.optimizer.iterations.numpy())
+    optimizer = model.optimizer
+    updates = int(optimizer.iterations.numpy())
+    # Adam's first moment, bias-corrected: the updates' gradients, averaged with its weights.
+    gradients = [
+        np.asarray(optimizer._momentums[optimizer._get_variable_index(v)].numpy()) / (1 - optimizer.beta_1**updates)
+        for v in model.trainable_variables
+    ]
+    assert len(gradients) == len(model.weights)  # every weight trains: get_weights() and gradients pair up
+    return model.get_weights(), history.history["loss"][0], updates, gradients
 
 
 def test_replicas_and_micro_batches_make_the_update_of_the_whole_batch(initial_weights):
     if len(tf.config.list_logical_devices("CPU")) < 2:
         pytest.skip("needs two logical CPU devices (set in conftest before TensorFlow starts)")
-    one, one_loss, updates = trained(initial_weights, tf.distribute.OneDeviceStrategy("/cpu:0"))
+    one, one_loss, updates, gradients = trained(initial_weights, tf.distribute.OneDeviceStrategy("/cpu:0"))
     mirrored = tf.distribute.MirroredStrategy(
         ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
     )
-    replicas, replicas_loss, _ = trained(initial_weights, mirrored)
-    accumulated, _, accumulated_updates = trained(
+    replicas, replicas_loss, _, _ = trained(initial_weights, mirrored)
+    accumulated, _, accumulated_updates, _ = trained(
         initial_weights, tf.distribute.OneDeviceStrategy("/cpu:0"), accumulate=2
     )
-    both, _, both_updates = trained(initial_weights, mirrored, accumulate=2)  # Keras's own accumulation fails here
+    both, _, both_updates, _ = trained(initial_weights, mirrored, accumulate=2)  # Keras's own accumulation fails here
     assert updates == accumulated_updates == both_updates == len(BATCHES)
     moved = max(float(np.abs(a - b).max()) for a, b in zip(one, initial_weights, strict=True))
     assert moved > 1e-3  # the updates are large enough for a different mean to show
-    for a, b, c, d in zip(one, replicas, accumulated, both, strict=True):
-        np.testing.assert_allclose(b, a, atol=2e-6, rtol=1e-5)
-        np.testing.assert_allclose(c, a, atol=2e-6, rtol=1e-5)
-        np.testing.assert_allclose(d, a, atol=2e-6, rtol=1e-5)
+    # Adam moves a weight by lr·m / (√v + 7e-9): where the gradients are within a few hundred times 7e-9 of
+    # zero, float32 round-off between layouts (~1e-9) moves it by up to 2·lr whatever the tolerance (a weight
+    # of 2,048 off by 8.5e-6 once, by the tests that ran before in the process). Those few are left out.
+    steady = [np.abs(g) >= 1e-6 for g in gradients]
+    assert sum(int(s.sum()) for s in steady) > 0.98 * sum(s.size for s in steady)
+    for a, b, c, d, s in zip(one, replicas, accumulated, both, steady, strict=True):
+        np.testing.assert_allclose(b[s], a[s], atol=2e-6, rtol=1e-5)
+        np.testing.assert_allclose(c[s], a[s], atol=2e-6, rtol=1e-5)
+        np.testing.assert_allclose(d[s], a[s], atol=2e-6, rtol=1e-5)
     # The loss Keras reports is the batch's token mean in both layouts (not the replica count times it).
     assert replicas_loss == pytest.approx(one_loss, rel=1e-5)
 

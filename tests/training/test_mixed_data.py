@@ -52,9 +52,9 @@ def test_a_mixed_run_resumes_exactly_and_refuses_other_weights(tmp_path, train_c
     config = get_config("tiny")
     sources = (str(train_corpus_dir), str(other))
 
-    def mixed(**changes):
+    def mixed(data_weights=(0.7, 0.3), **changes):
         options = tiny_options(train_corpus_dir, steps_per_epoch=3, **changes)
-        return dataclasses.replace(options, data=sources, data_weights=changes.get("data_weights", (0.7, 0.3)))
+        return dataclasses.replace(options, data=sources, data_weights=data_weights)
 
     reference = tmp_path / "reference"
     train(config, mixed(train_steps=5), str(reference))
@@ -76,3 +76,11 @@ def test_a_mixed_run_resumes_exactly_and_refuses_other_weights(tmp_path, train_c
         train(config, mixed(train_steps=6, data_weights=(0.5, 0.5)), str(run))
     with pytest.raises(ResumeError, match="--data "):
         train(config, tiny_options(train_corpus_dir, train_steps=6), str(run))
+
+
+def test_each_source_alone_drops_the_mixtures_weights():
+    """The options of one source of a weighted mixture (its corpus, its dev split) are valid options alone."""
+    from tf_transformer.training.run import source_options
+
+    options = dataclasses.replace(tiny_options("a"), data=("a", "b"), data_weights=(0.7, 0.3))
+    assert [(each.data, each.data_weights) for each in source_options(options)] == [("a", None), ("b", None)]

@@ -15,13 +15,10 @@ import os
 
 from absl import app, flags
 
-from configs.decoding import SAMPLING_SETTINGS, SEARCH_SETTINGS, SETTINGS
+from configs.decoding import DRAW_SETTINGS, MODEL_SETTINGS, SAMPLING_SETTINGS, SEARCH_SETTINGS, SETTINGS
 
 FLAGS = flags.FLAGS
 flags.disclaim_key_flags()  # the flags below belong to the command that defines them
-
-# The settings whose default is the model's own (its run config, or what its export fixed).
-_MODEL_DEFAULTS = ("beam_size", "alpha", "min_length", "max_extra_length")
 
 
 def define_model_flags(model: str, model_dir: str, checkpoint: bool = True) -> None:
@@ -62,7 +59,7 @@ def define_decoding_flags(names=SEARCH_SETTINGS, note: str = "", sampling: bool 
     ``note`` is added to each help (say where a flag applies). With ``sampling``, ``--sampling`` and the
     draws' settings too. Settings whose default is the model's own default to ``None`` (not given)."""
     for name in names:
-        _define_setting(name, None if name in _MODEL_DEFAULTS else SETTINGS[name].default, note)
+        _define_setting(name, None if name in MODEL_SETTINGS else SETTINGS[name].default, note)
     if sampling:
         flags.DEFINE_bool(
             "sampling",
@@ -98,8 +95,8 @@ def decode_request(allow_with_model=SEARCH_SETTINGS, prefix: bool = False):
     sampling = None
     try:
         if "sampling" in FLAGS and FLAGS.sampling:
-            sampling = Sampling(**{name: FLAGS[name].value for name in ("temperature", "top_k", "top_p", "seed")})
-        elif "sampling" in FLAGS and any(FLAGS[name].present for name in ("temperature", "top_k", "top_p", "seed")):
+            sampling = Sampling(**{name: FLAGS[name].value for name in DRAW_SETTINGS})
+        elif "sampling" in FLAGS and any(FLAGS[name].present for name in DRAW_SETTINGS):
             raise app.UsageError("--temperature, --top_k, --top_p and --seed need --sampling")
         if (
             "model" in FLAGS

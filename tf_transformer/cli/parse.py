@@ -32,6 +32,7 @@ FLAGS = flags.FLAGS
 define_model_flags(
     "Exported parser (SavedModel directory; beam and α fixed at export).",
     "Or a parsing run directory: decodes its averaged or newest checkpoint.",
+    checkpoint=False,
 )
 flags.DEFINE_bool("pretokenized", False, "Lines are Penn Treebank tokens separated by spaces already.")
 define_batch_flags(32)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from configs.decoding import SETTINGS
+from configs.decoding import MODEL_SETTINGS, SETTINGS
 
 # The beam sizes an export's options signature compiles in besides its own (:meth:`DecodeOptions.beam_sizes`):
 # the search builds its beam into its shapes, so a request picks one of a fixed set.
@@ -64,9 +64,10 @@ class DecodeOptions:
     truncate_source: bool = False
 
     def __post_init__(self):
-        for name in ("beam_size", "alpha", "max_extra_length", "min_length"):
-            if (why := SETTINGS[name].violation(getattr(self, name))) is not None:
-                raise ValueError(why)
+        # Only what a search cannot run without: an export or run directory of an earlier version may record
+        # an α or a length the command-line flags now refuse, and must still load.
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be positive, got {self.beam_size}")
         if self.max_output_length is not None and self.max_output_length < 1:
             raise ValueError(f"max_output_length must be positive, got {self.max_output_length}")
         if self.batch_parts < 1:
@@ -109,8 +110,9 @@ class DecodeOptions:
         (:class:`~tf_transformer.decoding.request.DecodeRequest`) sets: a translator
         built for that request, as a run directory decodes (an export's options
         are fixed, and a request is checked against them instead)."""
-        names = ("beam_size", "alpha", "min_length", "max_extra_length")
-        return self.replace(**{name: getattr(request, name) for name in names if getattr(request, name) is not None})
+        return self.replace(
+            **{name: getattr(request, name) for name in MODEL_SETTINGS if getattr(request, name) is not None}
+        )
 
     def beam_sizes(self) -> list[int]:
         """The beam sizes a request may choose in an export with these options: its own and :data:`BEAM_SIZES`."""

@@ -18,7 +18,7 @@ import dataclasses
 import zlib
 from typing import Any
 
-from configs.decoding import SAMPLING_SETTINGS, SEARCH_SETTINGS, SETTINGS
+from configs.decoding import DRAW_SETTINGS, MODEL_SETTINGS, SAMPLING_SETTINGS, SEARCH_SETTINGS, SETTINGS
 
 
 class RequestError(ValueError):
@@ -143,7 +143,7 @@ class DecodeRequest:
     def from_settings(cls, values: dict[str, Any]) -> DecodeRequest:
         """The request of ``values`` by setting name (flags, an HTTP body's scalars): sampling's settings
         (``seed``, ``temperature``, ``top_k``, ``top_p``), if any, make a sampling request."""
-        sampling = {name: values[name] for name in ("seed", "temperature", "top_k", "top_p") if name in values}
+        sampling = {name: values[name] for name in DRAW_SETTINGS if name in values}
         rest = {name: value for name, value in values.items() if name not in sampling}
         unknown = sorted(set(rest) - {field.name for field in dataclasses.fields(cls)})
         if unknown:
@@ -159,8 +159,8 @@ class DecodeRequest:
 
     def resolved(self, options) -> DecodeRequest:
         """This request with every setting it leaves to the model taken from ``options`` (:class:`DecodeOptions`)."""
-        names = ("beam_size", "alpha", "min_length", "max_extra_length") if self.sampling is None else ()
-        own = {name: getattr(options, name) for name in (*names, "max_extra_length")}
+        names = MODEL_SETTINGS if self.sampling is None else ("max_extra_length",)
+        own = {name: getattr(options, name) for name in names}
         return self.replace(**{name: value for name, value in own.items() if getattr(self, name) is None})
 
     def settings(self) -> tuple[str, ...]:
@@ -172,7 +172,7 @@ class DecodeRequest:
         resolved = self.resolved(options)
         sampling = {}
         if self.sampling is not None:
-            sampling = {field.name: getattr(self.sampling, field.name) for field in dataclasses.fields(Sampling)}
+            sampling = {name: getattr(self.sampling, name) for name in DRAW_SETTINGS}
         return {name: sampling[name] if name in sampling else getattr(resolved, name) for name in self.settings()}
 
     def limits(self, options, compiled_beams: bool = True) -> list[Limit]:

@@ -25,7 +25,7 @@ EXPORT_INFO = os.path.join("assets.extra", "tf_transformer.json")
 # to what a call with that request alone returns.
 PADDED_AXES = {"ids": ("output",), "attention": ("output", "source")}
 
-# The signatures whose settings come with each request (``inference.export.request_time_endpoints``): besides
+# The signatures whose settings come with each request (``exporting.saved_model.request_time_endpoints``): besides
 # ``inputs`` they take more inputs, scalars among them, so a server runs each request alone.
 REQUEST_TIME_SIGNATURES = ("translate_with_options", "score", "sample")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from configs.decoding import SETTINGS
+from configs.decoding import DRAW_SETTINGS, SETTINGS
 from pipelines.vocab import Tokenizer
 from tf_transformer.constants import EOS_ID, PAD_ID
 from tf_transformer.decoding.alignment import graph_word_alignment, hypothesis_attention
@@ -233,7 +233,9 @@ class Translator(tf.Module):
         :meth:`encode_prefixes`), whose tokens count in its score. Empty (or
         all-whitespace) inputs give empty outputs with score 0.
         """
-        request = (request or DecodeRequest()).check(self.options, compiled_beams=False)
+        request = request or DecodeRequest()
+        if not request.is_default():  # the translator's own options are what they are
+            request = request.check(self.options, compiled_beams=False)
         texts = tf.convert_to_tensor(texts, tf.string)
         source_ids, prefix_ids = self._encode(texts, target_prefix)
         ids, scores, _ = self.search(source_ids, request, prefix_ids)
@@ -334,7 +336,7 @@ class Translator(tf.Module):
         tensors = {name: tf.cast(value, SETTINGS[name].dtype) for name, value in values.items()}
         if request.sampling is None:
             return request.resolved(self.options).replace(**tensors)
-        sampling = {name: tensors.pop(name) for name in ("seed", "temperature", "top_k", "top_p")}
+        sampling = {name: tensors.pop(name) for name in DRAW_SETTINGS}
         return request.replace(sampling=Sampling(**sampling), **tensors)
 
     def translate_with_options(self, texts, target_prefix=None, request: DecodeRequest | None = None):
@@ -375,6 +377,8 @@ class Translator(tf.Module):
         The settings may be scalar tensors; one out of range
         (:meth:`DecodeRequest.limits`) fails the call with ``InvalidArgumentError`` naming it.
         """
+        if request.sampling is None:
+            raise ValueError("sample() takes a DecodeRequest with its sampling settings (request.sampling)")
         options = self.options
         request = self._as_tensors(request)
         texts = tf.convert_to_tensor(texts, tf.string)

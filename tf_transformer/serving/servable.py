@@ -8,7 +8,7 @@ import numpy as np
 
 from tf_transformer.constants import EOS_ID, PAD_ID
 from tf_transformer.decoding.request import DecodeRequest, RequestError
-from tf_transformer.exporting.export_info import PADDED_AXES, SourceLimit, read_export_info
+from tf_transformer.exporting.export_info import PADDED_AXES, REQUEST_TIME_SIGNATURES, SourceLimit, read_export_info
 from tf_transformer.serving.requests import ClientError, PredictRequest
 from tf_transformer.tasks import get_task
 
@@ -161,8 +161,8 @@ class Servable:
         }
 
 
-# The signatures whose scalars are a decoding request (``tf_transformer.exporting.saved_model.request_time_endpoints``).
-DECODING_SIGNATURES = ("translate_with_options", "sample")
+# The request-time signatures whose scalars are a decoding request (``score`` has none).
+DECODING_SIGNATURES = tuple(name for name in REQUEST_TIME_SIGNATURES if name != "score")
 SCALAR_DTYPES = {"int32": "int32", "int64": "int64", "float": "float32"}  # a scalar input's kind → its dtype
 
 

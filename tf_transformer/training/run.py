@@ -450,7 +450,7 @@ def _batching(config: TransformerConfig, options: RunOptions, replicas: int, mod
 def source_options(options: RunOptions) -> list[RunOptions]:
     """The options of each ``--data`` source alone (the first's splits are the dev set's)."""
     sources = [options.data] if isinstance(options.data, str) else list(options.data)
-    return [dataclasses.replace(options, data=source) for source in sources]
+    return [dataclasses.replace(options, data=source, data_weights=None) for source in sources]
 
 
 def training_data(
