@@ -14,6 +14,8 @@ def attention_cli(*flags):
     return run_command("tft-attention", *flags)
 
 
+# A tft-attention process drawing every figure.
+@pytest.mark.slow
 def test_a_run_gets_every_layer_and_the_paper_figures(tiny_run, tmp_path):
     sentences = tmp_path / "sentences.txt"
     sentences.write_text("alpha beta gamma delta\nzeta omega\n", encoding="utf-8")

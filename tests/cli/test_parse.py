@@ -50,6 +50,8 @@ def test_tft_parse_refuses_a_translation_model(tiny_export):
     assert result.returncode != 0 and "task is translation" in result.stderr
 
 
+# Two tft-evaluate processes (run and export).
+@pytest.mark.slow
 def test_tft_evaluate_scores_a_parser_with_evalb_f1_the_same_from_the_run_and_its_export(parser, test_set, tmp_path):
     words, gold, _ = test_set
     scores = []

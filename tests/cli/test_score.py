@@ -63,6 +63,8 @@ def test_prefix_files_must_have_a_line_per_input_line(tmp_path):
         list(with_prefixes(iter(["a", "b", "c"]), str(prefixes)))
 
 
+# Two tft-translate processes, one loading an export, one a run.
+@pytest.mark.slow
 def test_sampling_from_an_export_and_a_run(tiny_run, tiny_export):
     """The same seed draws the same from an export and a run (other seeds: tests/inference/test_request_options.py)."""
     flags = ["--sampling", "--seed", "4", "--top_p", "0.9", "--scores", "--max_extra_length", "10"]

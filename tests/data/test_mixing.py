@@ -65,6 +65,8 @@ def test_a_mixture_entered_at_any_batch_continues_it_exactly_and_takes_each_corp
         np.testing.assert_array_equal(resumed, whole[start:])
 
 
+# Real corpora, mixed and resumed batch by batch: 45 s, the fast suite's longest.
+@pytest.mark.slow
 def test_real_corpora_mixed_resume_batch_for_batch(tokenizer, corpus_dir, tmp_path):
     """Two corpora's token-budget streams mixed: the stream from batch n (a resumed run's) equals the
     whole stream's batches from n, inputs and labels, across the corpora's epoch ends."""

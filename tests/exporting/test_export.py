@@ -128,6 +128,8 @@ def test_alignment_signature_translates_as_serving_default_and_aligns_every_word
         assert not attention[row, :, len(source) :].any()
 
 
+# Starts a fresh Python process that loads the export with both loaders.
+@pytest.mark.slow
 def test_fresh_process_loads_with_both_loaders_and_matches(tiny_run, tiny_export):
     expected, expected_scores = in_process(tiny_run)
     result = subprocess.run(
