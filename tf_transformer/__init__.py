@@ -5,6 +5,7 @@ light modules (``tf_transformer.constants``, ``tf_transformer.cpu``) load
 without Keras.
 """
 
+import importlib
 import os
 
 # TensorFlow turns its oneDNN kernels on by itself only on CPUs with AVX-512/AMX
@@ -16,12 +17,19 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 __version__ = "0.1.0"
 
-__all__ = ["Transformer", "build_transformer", "__version__"]
+
+def lazy_attributes(package: str, exports: dict[str, str]):
+    """A package's module ``__getattr__`` (PEP 562): each name of ``exports`` (name → submodule) is taken
+    from its submodule on first use, so that importing the package loads neither Keras nor TensorFlow."""
+
+    def __getattr__(name):
+        if name in exports:
+            return getattr(importlib.import_module(f"{package}.{exports[name]}"), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
 
 
-def __getattr__(name):
-    if name in ("Transformer", "build_transformer"):
-        from tf_transformer import model
-
-        return getattr(model, name)
-    raise AttributeError(f"module 'tf_transformer' has no attribute {name!r}")
+_EXPORTS = {"Transformer": "model", "build_transformer": "model"}
+__all__ = [*_EXPORTS, "__version__"]
+__getattr__ = lazy_attributes(__name__, _EXPORTS)

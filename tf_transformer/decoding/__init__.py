@@ -14,7 +14,7 @@ on first use, so that a command-line entry point or a server can read the
 two plain values without starting TensorFlow.
 """
 
-import importlib
+from tf_transformer import lazy_attributes
 
 _EXPORTS = {
     "DecodeOptions": "decode_options",
@@ -29,8 +29,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"tf_transformer.decoding.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'tf_transformer.decoding' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _EXPORTS)

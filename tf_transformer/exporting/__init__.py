@@ -9,7 +9,7 @@ format. The importing side, models trained elsewhere, is
 :mod:`tf_transformer.importing`. The names below load their module on first use.
 """
 
-import importlib
+from tf_transformer import lazy_attributes
 
 _EXPORTS = {
     "export_run": "saved_model",
@@ -19,8 +19,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"tf_transformer.exporting.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'tf_transformer.exporting' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _EXPORTS)

@@ -10,7 +10,7 @@ writes artifacts (:mod:`tf_transformer.exporting`) or serves requests
 so that a command-line entry point can parse its flags before TensorFlow starts.
 """
 
-import importlib
+from tf_transformer import lazy_attributes
 
 _EXPORTS = {
     "Translator": "translator",
@@ -20,8 +20,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"tf_transformer.inference.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'tf_transformer.inference' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _EXPORTS)
