@@ -11,12 +11,12 @@ import numpy as np
 import tensorflow as tf
 
 import pipelines
-from tf_transformer.cpu import cpu_info
+from tf_transformer.cpu import bfloat16_units, cpu_info
 
 
 def has_bfloat16_hardware() -> bool:
     """Whether the CPU multiplies bfloat16 natively (AMX or AVX-512 BF16); elsewhere it is emulated."""
-    return bool(cpu_info()[1] & {"amx_bf16", "avx512_bf16"})
+    return bool(bfloat16_units())
 
 
 def machine() -> str:

@@ -2,9 +2,10 @@
 
     python -m benchmarks.ctranslate2 --model_dir RUN --work /tmp/ct2_bench
 
-One checkpoint of RUN (default: its newest) is exported three ways: ``tft-export``
-(a SavedModel; its ``serving_default`` is timed), and ``tft-export --format
-ctranslate2`` with float32 and with int8 weights. Each system takes strings and
+One checkpoint of RUN (default: its newest) is exported four ways: ``tft-export``
+(a SavedModel; its ``serving_default`` is timed) with float32 weights and, where
+the CPU has a bfloat16 unit, with bfloat16 ones (``--precision bfloat16``), and
+``tft-export --format ctranslate2`` with float32 and with int8 weights. Each system takes strings and
 returns strings (CTranslate2 through the python ``sentencepiece`` package with the
 export's ``sp.model``), on ``--threads`` threads, one batch at a time, the systems
 interleaved batch by batch with the order rotating, so a shared machine's drift hits
@@ -18,6 +19,8 @@ all alike. Two workloads:
   alike near L; docs/ctranslate2.md). ``ct2_float32_lp1`` is CTranslate2 at its default
   ``length_penalty`` 1, for BLEU. Its maximum output length is ours: source + EOS +
   the run's ``max_extra_length`` (for the batch's longest source).
+- **longest sentences**: the ``--longest`` longest sources of the test set (in
+  SentencePiece pieces), in batches of ``--batch``, each system's sentences per second.
 - **greedy** (``--greedy_check``, untimed): the share of the test set whose greedy
   translation by CTranslate2 float32 has our greedy search's pieces.
 - **fixed length** (``--fixed_length`` > 0): the first ``--fixed_sentences`` sources,
@@ -40,6 +43,8 @@ import time
 
 from absl import app, flags
 
+from benchmarks import skipped_without, start_tensorflow
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "Run directory (tft-train output); only read.")
 flags.DEFINE_string("checkpoint", None, "Checkpoint prefix (default: the run's newest checkpoint).")
@@ -52,6 +57,13 @@ flags.DEFINE_integer("rounds", 2, "Passes over the test set (BLEU is the first p
 flags.DEFINE_integer("threads", 2, "Threads of each system: TensorFlow's intra- and inter-op, CTranslate2's intra.")
 flags.DEFINE_integer("fixed_length", 40, "Output tokens of the fixed-length workload (0: leave it out).", lower_bound=0)
 flags.DEFINE_integer("fixed_sentences", 256, "Sentences of the fixed-length workload.", lower_bound=1)
+flags.DEFINE_integer("longest", 256, "Sentences of the longest-sentences workload (0: leave it out).", lower_bound=0)
+flags.DEFINE_enum(
+    "bfloat16",
+    "auto",
+    ["auto", "yes", "no"],
+    "Also time a bfloat16 export (auto: where the CPU has a bfloat16 unit; elsewhere it is emulated, slower).",
+)
 flags.DEFINE_bool(
     "greedy_check",
     True,
@@ -62,19 +74,12 @@ flags.mark_flag_as_required("model_dir")
 
 def main(argv):
     del argv
-    missing = [path for path in (FLAGS.src, FLAGS.ref) if not os.path.exists(path)]
-    if missing:
-        print(f"benchmarks.ctranslate2: {', '.join(missing)} not found (the corpora live in ../shared/data): skipped")
-        print(json.dumps({"benchmark": "ctranslate2", "skipped": f"{', '.join(missing)} not found"}))
+    if skipped_without("ctranslate2", (FLAGS.src, FLAGS.ref)):
         return
-    import tensorflow as tf
-
-    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
+    tf = start_tensorflow(FLAGS.threads)
     import sentencepiece as spm
-    import tensorflow_text  # noqa: F401  registers the SentencePiece ops of the SavedModel
 
-    from benchmarks.common import machine
+    from benchmarks.common import has_bfloat16_hardware, machine
     from tf_transformer.evaluation import read_test_set, score
     from tf_transformer.exporting.ctranslate2 import export_ctranslate2, import_ctranslate2
     from tf_transformer.run_dir import checkpoint_dir, checkpoints, load_run
@@ -95,6 +100,12 @@ def main(argv):
         return path
 
     saved_model = timed_export("saved_model", lambda: tft_export(checkpoint, "saved_model/1"))
+    bfloat16 = FLAGS.bfloat16 == "yes" or (FLAGS.bfloat16 == "auto" and has_bfloat16_hardware())
+    if bfloat16:
+        saved_model_bf16 = timed_export(
+            "saved_model_bfloat16",
+            lambda: tft_export(checkpoint, "saved_model_bfloat16/1", "--precision", "bfloat16"),
+        )
     ct2 = {
         weights: timed_export(
             f"ct2_{weights}",
@@ -142,6 +153,7 @@ def main(argv):
 
     systems = {
         "ours_saved_model": ours(saved_model),
+        **({"ours_saved_model_bfloat16": ours(saved_model_bf16)} if bfloat16 else {}),
         "ct2_float32": ct2_call("float32", length_penalty=length_penalty),
         "ct2_int8": ct2_call("int8", length_penalty=length_penalty),
         "ct2_float32_lp1": ct2_call("float32", length_penalty=1.0),
@@ -172,6 +184,17 @@ def main(argv):
         }
         print(f"test set, {name}: {results['test_set'][name]}", flush=True)
     results["bleu_signature"] = scores["signature"]
+
+    if FLAGS.longest:
+        by_length = sorted(sources, key=lambda line: len(sentencepiece.encode(line)), reverse=True)
+        longest = by_length[: FLAGS.longest]
+        timings = interleaved({n: systems[n] for n in systems if n != "ct2_float32_lp1"}, longest, FLAGS.rounds)
+        results["longest"] = {
+            "sentences": len(longest),
+            "mean_source_pieces": round(sum(len(sentencepiece.encode(line)) for line in longest) / len(longest), 2),
+            "sentences_per_second": {name: per_second for name, (per_second, _) in timings.items()},
+        }
+        print(f"longest sentences: {results['longest']}", flush=True)
 
     if FLAGS.greedy_check:
         results["greedy_identical"] = greedy_identical(

@@ -192,3 +192,11 @@ def test_translate_names_a_missing_model(tmp_path):
     for flag in ("--model", "--model_dir"):
         result = run_command("tft-translate", flag, str(tmp_path / "nothing"), input="zeta\n", timeout=120)
         assert result.returncode != 0 and flag in result.stderr and "Traceback" not in result.stderr
+
+
+def test_translate_refuses_an_early_stop_rule_for_an_export(tmp_path):
+    """An export fixed its rule when it was written: --early_stop with --model is refused, not ignored."""
+    result = run_command(
+        "tft-translate", "--model", str(tmp_path / "export"), "--early_stop", "exact", input="zeta\n", timeout=120
+    )
+    assert result.returncode != 0 and "--early_stop is fixed when exporting" in result.stderr

@@ -1,5 +1,6 @@
 """Cached incremental decoding and beam search (section 6.1)."""
 
+import functools
 import math
 
 import numpy as np
@@ -112,13 +113,16 @@ def table_step(ids, cache, step):
     return log_probs, {"calls": cache["calls"] + 1}
 
 
-def run_table(beam_size, alpha, max_length=6):
+def run_table(beam_size, alpha, max_length=6, early_stop="exact"):
     cache = {"calls": tf.zeros([beam_size], tf.int32)}
-    ids, scores, steps = beam_search(table_step, cache, 1, tf.constant([max_length]), beam_size=beam_size, alpha=alpha)
+    ids, scores, steps = beam_search(
+        table_step, cache, 1, tf.constant([max_length]), beam_size=beam_size, alpha=alpha, early_stop=early_stop
+    )
     return np.asarray(ids)[0], np.asarray(scores)[0], int(steps)
 
 
 def test_golden_beam_search_with_length_penalty():
+    """The exact bound: the search stops once no live hypothesis can beat the finished ones."""
     ids, scores, steps = run_table(beam_size=2, alpha=0.6)
     assert list(ids[0][:2]) == [5, EOS_ID]  # b EOS
     assert scores[0] == pytest.approx(math.log(0.4 * 0.9) / ((5 + 2) / 6) ** 0.6, rel=1e-5)
@@ -134,6 +138,39 @@ def test_golden_beam_search_with_length_penalty():
     # Greedy (beam 1) takes the locally best "a" and ends with the worse a EOS.
     greedy, greedy_scores, _ = run_table(beam_size=1, alpha=0.6)
     assert list(greedy[0][:2]) == [4, EOS_ID]
+
+
+def test_golden_beam_search_stopping_once_k_finished():
+    """fairseq's and CTranslate2's rule: a sentence stops once K hypotheses ended among its K best continuations."""
+    ids, scores, steps = run_table(beam_size=2, alpha=0.6, early_stop="finished")
+    # Step 0's two best continuations are "a" (0.5) and "b" (0.4): none ends. Step 1's are
+    # b EOS (0.36) and a EOS (0.20): the second K = 2 ended, so the search stops after two
+    # steps, where the exact bound needed three, with the same hypotheses and scores.
+    assert steps == 2
+    assert [list(row[:2]) for row in ids] == [[5, EOS_ID], [4, EOS_ID]]
+    assert scores[0] == pytest.approx(math.log(0.4 * 0.9) / ((5 + 2) / 6) ** 0.6, rel=1e-5)
+    assert scores[1] == pytest.approx(math.log(0.2) / ((5 + 2) / 6) ** 0.6, rel=1e-5)
+    # Beam 1 stops when its one hypothesis ends: greedy search's "a EOS", in two steps.
+    greedy, _, greedy_steps = run_table(beam_size=1, alpha=0.6, early_stop="finished")
+    assert list(greedy[0][:2]) == [4, EOS_ID] and greedy_steps == 2
+
+
+def test_finished_rule_counts_only_the_k_best_continuations(monkeypatch):
+    """An EOS ranked below the K best continuations joins the finished hypotheses but does not end the search.
+
+    After BOS: a 0.6, b 0.3, EOS 0.1 (K = 2: "a" and "b" continue; EOS, third, is kept
+    as finished but not counted). After a: a 0.9, EOS 0.1; after b: EOS 1.0. Step 1's two
+    best are "a a" (0.54) and "b EOS" (0.3): one ended. Step 2's are "a a a" (0.486) and
+    "a a EOS" (0.054): the second K ended, so the search stops after three steps. Counting
+    every ended continuation would have stopped after step 1 with EOS alone and b EOS.
+    """
+    monkeypatch.setitem(
+        globals(), "TABLE", {BOS_ID: {4: 0.6, 5: 0.3, EOS_ID: 0.1}, 4: {4: 0.9, EOS_ID: 0.1}, 5: {EOS_ID: 1.0}}
+    )
+    ids, scores, steps = run_table(beam_size=2, alpha=0.0, max_length=8, early_stop="finished")
+    assert steps == 3
+    assert list(ids[0][:2]) == [5, EOS_ID] and scores[0] == pytest.approx(math.log(0.3), rel=1e-5)
+    assert list(ids[1][:1]) == [EOS_ID] and scores[1] == pytest.approx(math.log(0.1), rel=1e-5)
 
 
 def test_length_penalty_changes_the_winner(monkeypatch):
@@ -432,3 +469,58 @@ def test_top_continuations_equal_a_vocabulary_wide_bias(vocab, step):
         np.testing.assert_array_equal(got[0][alive], expected[0][alive])
         np.testing.assert_array_equal(got[1][alive], expected[1][alive])
         assert (got[0][~alive] <= NEG_INF / 2).all()
+
+
+# Eight sentences whose next token depends on the sentence and the previous token only: sentence s
+# ends with probability EOS_CHANCE[s] after any token but BOS, so they end at different steps.
+EOS_CHANCE = [0.9, 0.05, 0.5, 0.2, 0.7, 0.1, 0.3, 0.6]
+
+
+def sentence_table_step(counter):
+    """A ``step_fn`` over a cache holding each hypothesis's sentence; ``counter`` adds the rows each step computes."""
+    tables = []
+    for sentence, chance in enumerate(EOS_CHANCE):
+        rows = np.full((6, 6), 1e-12)
+        rows[:, 4], rows[:, 5], rows[:, EOS_ID] = 0.6 * (1 - chance), 0.4 * (1 - chance), chance
+        rows[BOS_ID] = (
+            [1e-12, 1e-12, 1e-12, 0.05, 0.5, 0.45] if sentence % 2 else [1e-12, 1e-12, 1e-12, 0.05, 0.45, 0.5]
+        )
+        tables.append(np.log(rows / rows.sum(axis=1, keepdims=True)))
+    tables = tf.constant(np.array(tables), tf.float32)  # [sentences, previous token, next token]
+
+    def step_fn(ids, cache, step):
+        counter.assign_add(tf.shape(ids)[0])
+        return tf.gather_nd(tables, tf.stack([cache["sentence"], ids], axis=1)), cache
+
+    return step_fn
+
+
+def test_dropping_finished_sentences_changes_no_hypothesis():
+    """Sentences leave the loop as they end (fewer rows computed); n-best, scores and steps stay the same."""
+    from tf_transformer.decoding.beam_search import Compaction
+
+    beam, batch = 3, len(EOS_CHANCE)
+
+    def select(cache, keep, step):
+        rows = tf.reshape(keep[:, None] * beam + tf.range(beam)[None, :], [-1])
+        return {"sentence": tf.gather(cache["sentence"], rows)}
+
+    compaction = Compaction(select, lambda cache: {"sentence": tf.TensorShape([None])})
+    max_lengths = tf.constant([12, 12, 9, 12, 12, 12, 10, 12])
+    for early_stop in ("finished", "exact"):
+        outputs, computed = [], []
+        for dropping in (None, compaction):
+            counter = tf.Variable(0)
+            cache = {"sentence": tf.repeat(tf.range(batch), beam)}  # [batch * beam]
+            search = functools.partial(
+                beam_search, sentence_table_step(counter), cache, batch, max_lengths, beam_size=beam, alpha=0.6,
+                min_length=2, early_stop=early_stop, compaction=dropping,
+            )  # fmt: skip
+            outputs.append([np.asarray(x) for x in tf.function(search)()])
+            computed.append(int(counter.numpy()))
+        (ids, scores, steps), (dropped_ids, dropped_scores, dropped_steps) = outputs
+        np.testing.assert_array_equal(dropped_ids, ids)
+        np.testing.assert_allclose(dropped_scores, scores, rtol=1e-6)
+        assert dropped_steps == steps
+        assert computed[1] < computed[0], (early_stop, computed)  # the ended sentences were not computed
+        assert len({tuple(row) for row in ids[:, 0]}) > 1  # the sentences' outputs differ: rows cannot swap

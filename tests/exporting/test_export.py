@@ -90,6 +90,20 @@ def test_export_saves_each_weight_once(tiny_run, tiny_export, tmp_path):
     assert model.count_params() < saved_numbers(tiny_export) <= model.count_params() + decoder_kernels
 
 
+@pytest.mark.parametrize("flags, dtype", [({"amx_bf16", "avx512f"}, "bfloat16"), ({"avx2", "avx512f"}, "float32")])
+def test_auto_precision_follows_the_cpu_and_is_recorded(tiny_run, tmp_path, monkeypatch, flags, dtype):
+    """``--precision auto`` chooses as training does: bfloat16 where the CPU has a bfloat16 unit, with its reason."""
+    from tf_transformer import cpu
+
+    monkeypatch.setattr(cpu, "cpu_info", lambda: ("Test CPU", frozenset(flags)))
+    output = tmp_path / dtype / "1"
+    export_run(str(tiny_run), str(output), dtype="auto", alignment_layer=None, request_signatures=False)
+    info = read_export_info(str(output))
+    assert info.dtype == dtype
+    assert info.precision_reason.startswith("auto: the CPU (Test CPU)")
+    assert ("bfloat16 unit" in info.precision_reason) == (dtype == "float32")
+
+
 def test_alignment_signature_translates_as_serving_default_and_aligns_every_word(tiny_run, tiny_export):
     import tensorflow_text  # noqa: F401
 

@@ -37,6 +37,7 @@ def test_an_earlier_versions_file_is_read_under_todays_names(tmp_path):
         max_output_length=40,
         batch_parts=2,
         max_source_length=64,
+        early_stop="exact",  # what searches of earlier versions stopped on
     )
     assert info.signatures == ("serving_default", "translate_ids", "translate_with_alignment")
     assert (info.alignment_layer, info.source_vocab_size, info.dtype) == (1, 120, "float32")
@@ -78,4 +79,4 @@ def test_the_server_reads_exports_without_keras_or_the_model():
 def test_settings_the_flags_now_refuse_still_load_from_an_earlier_export():
     """Earlier tft-export bounded neither --alpha nor --max_extra_length: what such an export recorded is read."""
     info = ExportInfo.from_dict({"signatures": ["serving_default"], "beam_size": 4, "alpha": -0.2, "min_length": 0})
-    assert info.options == DecodeOptions(beam_size=4, alpha=-0.2, min_length=0)
+    assert info.options == DecodeOptions(beam_size=4, alpha=-0.2, min_length=0, early_stop="exact")

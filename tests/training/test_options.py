@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from configs import RunOptions, get_config
+from tf_transformer import cpu
 from tf_transformer.training import options as run_options
 from tf_transformer.training.progress import ProgressLogger
 
@@ -22,7 +23,7 @@ from tf_transformer.training.progress import ProgressLogger
 def test_auto_precision_follows_the_cpus_bfloat16_unit(monkeypatch, flags, expected):
     if tf.config.list_physical_devices("GPU"):
         pytest.skip("GPUs decide the precision where there are some")
-    monkeypatch.setattr(run_options, "cpu_info", lambda: ("Test CPU", frozenset(flags)))
+    monkeypatch.setattr(cpu, "cpu_info", lambda: ("Test CPU", frozenset(flags)))
     precision, reason = run_options.choose_precision()
     assert precision == expected and "Test CPU" in reason
     resolved = run_options.resolve(RunOptions(data="corpus"), tf.distribute.get_strategy())

@@ -13,7 +13,7 @@ from absl import app, flags
 
 from configs.decoding import SEARCH_SETTINGS
 from tf_transformer.cli import run_main
-from tf_transformer.cli.flag_groups import decode_request, define_decoding_flags
+from tf_transformer.cli.flag_groups import decode_request, define_decoding_flags, define_early_stop_flag
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "Model directory written by tft-train.", required=True)
@@ -49,13 +49,17 @@ flags.DEFINE_integer(
     "max_output_length", None, "Cap on the output length besides input + --max_extra_length.", lower_bound=1
 )
 flags.DEFINE_alias("max_length", "max_output_length")  # the name of earlier versions
+define_early_stop_flag(" Fixed in the export.")
 flags.DEFINE_enum(
-    "dtype",
+    "precision",
     None,
-    ["float32", "bfloat16", "float16"],
-    "Weights and compute dtype of the exported graph (default: float32). bfloat16 decodes faster on CPUs with "
-    "bfloat16 hardware (AMX, AVX512_BF16), with translations that differ slightly from float32's (docs/cpu.md).",
+    ["auto", "float32", "bfloat16", "float16"],
+    "Weights and compute dtype of the exported graph (default: float32). auto: bfloat16 where this CPU has a "
+    "bfloat16 unit (AMX, AVX512_BF16), else float32, as tft-train --precision auto chooses; the export records "
+    "which and why. bfloat16 decodes faster on such CPUs, with translations that differ slightly from float32's "
+    "(docs/inference.md#precision-and-layout).",
 )
+flags.DEFINE_alias("dtype", "precision")  # the name of earlier versions
 flags.DEFINE_integer(
     "batch_parts",
     1,
@@ -108,7 +112,8 @@ SAVED_MODEL_FLAGS = (
     "max_extra_length",
     "min_length",
     "max_output_length",
-    "dtype",
+    "early_stop",
+    "precision",
     "batch_parts",
     "max_source_length",
     "truncate_source",
@@ -146,6 +151,7 @@ def main(argv):
         options = DecodeOptions.for_run(
             FLAGS.model_dir,
             max_output_length=FLAGS.max_output_length,
+            early_stop=FLAGS.early_stop,
             batch_parts=FLAGS.batch_parts,
             max_source_length=FLAGS.max_source_length,
             truncate_source=FLAGS.truncate_source,
@@ -155,7 +161,7 @@ def main(argv):
             FLAGS.output,
             options,
             checkpoint=checkpoint,
-            dtype=FLAGS.dtype,
+            dtype=FLAGS.precision,
             ids_only=FLAGS.ids_only,
             alignment_layer=(
                 None if not FLAGS.alignment else "last" if FLAGS.alignment_layer is None else FLAGS.alignment_layer

@@ -15,7 +15,7 @@ import os
 
 from absl import app, flags
 
-from configs.decoding import DRAW_SETTINGS, MODEL_SETTINGS, SAMPLING_SETTINGS, SEARCH_SETTINGS, SETTINGS
+from configs.decoding import DRAW_SETTINGS, EARLY_STOPS, MODEL_SETTINGS, SAMPLING_SETTINGS, SEARCH_SETTINGS, SETTINGS
 
 FLAGS = flags.FLAGS
 flags.disclaim_key_flags()  # the flags below belong to the command that defines them
@@ -112,6 +112,19 @@ def decode_request(allow_with_model=SEARCH_SETTINGS, prefix: bool = False):
                 "or --min_length"
             ) from None
         raise app.UsageError(f"--{error.setting}: {error}") from None
+
+
+def define_early_stop_flag(note: str = "") -> None:
+    """``--early_stop``: when a sentence's beam search ends (``DecodeOptions.early_stop``); ``None`` when not given."""
+    flags.DEFINE_enum(
+        "early_stop",
+        None,
+        list(EARLY_STOPS),
+        "When a sentence's beam search ends before its longest output. finished (the default): once beam_size "
+        "hypotheses have ended among the beam_size best continuations of their steps, as fairseq and CTranslate2 "
+        "stop; exact: once no live hypothesis can beat the finished ones at any length (more steps; "
+        "docs/inference.md#when-a-search-stops)." + note,
+    )
 
 
 def define_batch_flags(batch_size: int = 64, what: str = "Sentences") -> None:

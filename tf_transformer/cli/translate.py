@@ -25,6 +25,7 @@ from tf_transformer.cli.flag_groups import (
     decode_request,
     define_batch_flags,
     define_decoding_flags,
+    define_early_stop_flag,
     define_model_flags,
     define_thread_flags,
 )
@@ -67,6 +68,7 @@ flags.DEFINE_integer(
     "batch_parts", 1, "Batch parts decoded side by side (--model_dir only; an export fixes its own).", lower_bound=1
 )
 flags.DEFINE_alias("streams", "batch_parts")  # the name of earlier versions
+define_early_stop_flag(" --model_dir only; an export fixes its own.")
 flags.DEFINE_integer(
     "workers",
     1,
@@ -83,6 +85,8 @@ def main(argv):
     request = decode_request(prefix=FLAGS.target_prefix is not None)
     if FLAGS.model and FLAGS.batch_parts != 1:
         raise app.UsageError("--batch_parts is fixed when exporting (tft-export); use --model_dir to choose it")
+    if FLAGS.model and FLAGS.early_stop is not None:
+        raise app.UsageError("--early_stop is fixed when exporting (tft-export); use --model_dir to choose it")
     if FLAGS.alignment and not FLAGS.model:
         raise app.UsageError("--alignment needs --model: an export with the translate_with_alignment signature")
     if FLAGS.alignment and not request.is_default():
@@ -107,7 +111,7 @@ def main(argv):
 
             checkpoint = resolve_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
             print(f"checkpoint: {checkpoint}", file=sys.stderr, flush=True)
-            options = DecodeOptions.for_run(FLAGS.model_dir, batch_parts=FLAGS.batch_parts)
+            options = DecodeOptions.for_run(FLAGS.model_dir, batch_parts=FLAGS.batch_parts, early_stop=FLAGS.early_stop)
             translate = checkpoint_translate(FLAGS.model_dir, request, options, checkpoint)
     except (ValueError, FileNotFoundError) as error:
         raise app.UsageError(str(error)) from None

@@ -2,9 +2,11 @@
 
 "We used beam search with a beam size of 4 and length penalty α = 0.6 … We set
 the maximum output length during inference to input length + 50, but terminate
-early when possible." Batch and beam are flattened to ``[batch * beam]`` for the
-model; the decoder cache has fixed shapes, so the loop runs under XLA too.
-Only stock TensorFlow ops: the graph can be served by TF Serving.
+early when possible." The paper does not say when that is; :data:`EARLY_STOPS`
+are the two rules offered (docs/design/decoding.md compares them). Batch and beam
+are flattened to ``[batch * beam]`` for the model; the decoder cache has fixed
+shapes, so the loop runs under XLA too. Only stock TensorFlow ops: the graph can
+be served by TF Serving.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
+from configs.decoding import EARLY_STOPS
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.decoding.top_k import top_k_rows
 from tf_transformer.decoding.xla import in_xla
@@ -156,6 +159,9 @@ class BeamState(NamedTuple):
       finished_ids: ``int32[batch, K, length + 1]``, the best hypotheses that ended in EOS.
       finished_scores: ``float32[batch, K]``, their log-probabilities divided by the length penalty.
       finished_flags: ``bool[batch, K]``, whether each finished slot holds a hypothesis.
+      ended: ``int32[batch]``, how many hypotheses ended among the K best continuations of their steps.
+      done: ``bool[batch]``, the sentence's search has ended (:func:`sentence_done`): its hypotheses
+        are final, and its continuations count as dead.
       cache: the decoder's cache, nested ``[batch * K, ...]`` tensors as ``step_fn`` keeps them.
     """
 
@@ -165,6 +171,8 @@ class BeamState(NamedTuple):
     finished_ids: Any
     finished_scores: Any
     finished_flags: Any
+    ended: Any
+    done: Any
     cache: Any
 
 
@@ -181,25 +189,38 @@ def initial_state(batch, beam_size: int, length, cache) -> BeamState:
         finished_ids=tf.zeros_like(live_ids),  # [batch, K, length + 1]
         finished_scores=tf.fill([batch, k], NEG_INF),  # [batch, K]
         finished_flags=tf.zeros([batch, k], tf.bool),  # [batch, K]
+        ended=tf.zeros([batch], tf.int32),  # [batch]
+        done=tf.zeros([batch], tf.bool),  # [batch]
         cache=cache,
     )
 
 
-def still_searching(state: BeamState, max_lengths, length, best_possible_penalty):
-    """``bool[]``: some sentence is below its maximum length and could still get a better hypothesis.
+def sentence_done(state: BeamState, early_stop: str, max_lengths, best_possible_penalty):
+    """``bool[batch]``: whether each sentence's search has ended after step ``state.step - 1``.
 
-    A live beam's score can only fall as it grows: its best possible final score is
-    its log-prob now divided by the largest penalty it can reach
-    (``best_possible_penalty`` ``[batch]``, at the sentence's ``max_lengths``). A
-    sentence is done when its K finished hypotheses all beat that (section 6.1's
-    early stop) or when it reached its maximum length; ``length`` is the largest
-    of ``max_lengths``.
+    Every sentence ends at its ``max_lengths``. Before that, by ``early_stop``
+    (:data:`EARLY_STOPS`): ``"finished"`` once K hypotheses ended among the K best
+    continuations of their steps (``state.ended``); ``"exact"`` once its K finished
+    hypotheses all beat the best final score any live beam could still reach. A
+    live beam's score can only fall as it grows, so that is its log-probability
+    now divided by the largest penalty it can reach (``best_possible_penalty``
+    ``[batch]``, at the sentence's ``max_lengths``).
     """
-    best_live = state.live_log_probs[:, 0] / best_possible_penalty  # [batch]
-    worst_finished = tf.reduce_min(tf.where(state.finished_flags, state.finished_scores, -NEG_INF), axis=1)  # [batch]
-    row_done = tf.logical_and(tf.reduce_all(state.finished_flags, axis=1), worst_finished >= best_live)
-    row_done = tf.logical_or(row_done, state.step >= max_lengths)
-    return tf.logical_and(state.step < length, tf.logical_not(tf.reduce_all(row_done)))
+    k = state.finished_flags.shape[1]
+    if early_stop == "finished":
+        settled = state.ended >= k  # [batch]
+    else:
+        best_live = state.live_log_probs[:, 0] / best_possible_penalty  # [batch]
+        worst_finished = tf.reduce_min(
+            tf.where(state.finished_flags, state.finished_scores, -NEG_INF), axis=1
+        )  # [batch]
+        settled = tf.logical_and(tf.reduce_all(state.finished_flags, axis=1), worst_finished >= best_live)
+    return state.done | settled | (state.step >= max_lengths)
+
+
+def still_searching(state: BeamState, length):
+    """``bool[]``: some sentence's search goes on (``length``: the largest of the maximum lengths)."""
+    return tf.logical_and(state.step < length, tf.logical_not(tf.reduce_all(state.done)))
 
 
 class _Candidates(NamedTuple):
@@ -208,7 +229,7 @@ class _Candidates(NamedTuple):
     log_probs: Any  # float32[batch, 2K]: the hypothesis's log-probability; NEG_INF / 2 or less: dead
     ids: Any  # int32[batch, 2K, length + 1]: the beam's sequence with the new token written
     beam: Any  # int32[batch, 2K]: the beam each continues
-    ended: Any  # bool[batch, 2K]: the new token is EOS (and the continuation is not dead)
+    ended: Any  # bool[batch, 2K]: the new token is EOS and the continuation is not dead
     dead: Any  # bool[batch, 2K]: continues a beam that was never alive, or a banned token
 
 
@@ -230,6 +251,8 @@ def expand(state: BeamState, log_probs, min_length, max_lengths, length) -> _Can
     top_ids = top_ids + position[None, None, :] * top_token[:, :, None]
     top_is_eos = tf.equal(top_token, EOS_ID)  # [batch, 2K]
     dead = top_log_probs <= NEG_INF / 2  # continuations of beams that were never alive
+    dead = dead | state.done[:, None]  # a sentence whose search ended keeps its hypotheses as they are
+    top_is_eos = top_is_eos & ~dead
     return _Candidates(top_log_probs, top_ids, top_beam, top_is_eos, dead)
 
 
@@ -246,7 +269,7 @@ def keep_live(state: BeamState, candidates: _Candidates, beam_size: int, reorder
 
 def keep_finished(state: BeamState, candidates: _Candidates, beam_size: int, alpha: float) -> BeamState:
     """Those that just ended, scored with the length penalty, merged into the K best finished hypotheses."""
-    ended = candidates.ended & ~candidates.dead  # [batch, 2K]
+    ended = candidates.ended  # [batch, 2K]
     new_scores = candidates.log_probs / length_penalty(state.step + 1, alpha)  # [batch, 2K]
     new_scores = tf.where(ended, new_scores, NEG_INF)
     all_ids = tf.concat([state.finished_ids, candidates.ids], axis=1)  # [batch, 3K, length + 1]
@@ -257,10 +280,11 @@ def keep_finished(state: BeamState, candidates: _Candidates, beam_size: int, alp
         finished_ids=tf.gather(all_ids, pick, batch_dims=1),
         finished_scores=finished_scores,
         finished_flags=tf.gather(all_flags, pick, batch_dims=1),
+        ended=state.ended + tf.reduce_sum(tf.cast(ended[:, :beam_size], tf.int32), axis=1),  # the K best only
     )
 
 
-def best_hypotheses(state: BeamState, batch, beam_size: int, alpha: float):
+def best_hypotheses(state: BeamState, beam_size: int, alpha: float):
     """``(ids int32[batch, K, length], scores float32[batch, K])`` when the search stops.
 
     Finished hypotheses first, best first, then live ones (only where fewer than K
@@ -268,6 +292,7 @@ def best_hypotheses(state: BeamState, batch, beam_size: int, alpha: float):
     with 0 after EOS.
     """
     k = beam_size
+    batch = tf.shape(state.live_log_probs)[0]
     live_scores = state.live_log_probs / length_penalty(state.step, alpha)  # [batch, K]
     all_ids = tf.concat([state.finished_ids, state.live_ids], axis=1)[:, :, 1:]  # [batch, 2K, length]
     all_scores = tf.concat(
@@ -282,6 +307,64 @@ def best_hypotheses(state: BeamState, batch, beam_size: int, alpha: float):
     return tf.where(ended, 0, ids), scores
 
 
+class Sentences(NamedTuple):
+    """What :func:`beam_search` knows of each sentence it still searches, ``[batch, ...]`` each.
+
+    Fields:
+      rows: ``int32[batch]``, each sentence's row in the batch the search was given.
+      max_lengths: ``int32[batch]``, the most tokens (EOS counted) it may produce.
+      best_possible_penalty: ``float32[batch]``, the length penalty at ``max_lengths``.
+      forced_ids: ``int32[batch, prefix_len]``, its target prefix (0-padded), or ``()`` without prefixes.
+    """
+
+    rows: Any
+    max_lengths: Any
+    best_possible_penalty: Any
+    forced_ids: Any
+
+
+class Compaction(NamedTuple):
+    """How a search drops sentences whose hypotheses are final from its cache (CTranslate2 does the same).
+
+    Fields:
+      select: ``(cache, keep int32[n], step) → cache`` of the sentences ``keep`` only,
+        in that order (``step``: the position the next step writes).
+      shapes: ``cache → `` its static shapes with the sentences' axis unknown (the
+        search loop's shape invariants).
+    """
+
+    select: Any
+    shapes: Any
+
+
+def _take(tree, rows):
+    """Every tensor of ``tree`` (sentences first) at ``rows`` ``int32[n]``."""
+    return tf.nest.map_structure(lambda x: tf.gather(x, rows), tree)
+
+
+def _unknown_sentences(tree):
+    """The static shapes of ``tree``'s tensors (sentences first) with that axis unknown."""
+    return tf.nest.map_structure(lambda x: tf.TensorShape([None, *x.shape[1:]]), tree)
+
+
+def compact(state: BeamState, sentences: Sentences, results, compaction: Compaction, alpha: float):
+    """``(state, sentences, results)`` without the sentences that are done.
+
+    Their hypotheses (:func:`best_hypotheses`) are written into ``results``
+    (``(ids int32[batch, K, length], scores float32[batch, K])`` of the whole batch,
+    at their ``rows``), and the search goes on with the others only.
+    """
+    k = state.live_log_probs.shape[1]
+    keep = tf.cast(tf.where(~state.done)[:, 0], tf.int32)  # [n]
+    leave = tf.cast(tf.where(state.done)[:, 0], tf.int32)  # [batch - n]
+    fields = state._replace(step=(), cache=())
+    ids, scores = best_hypotheses(_take(fields, leave)._replace(step=state.step), k, alpha)  # [batch - n, K, ...]
+    at = tf.gather(sentences.rows, leave)[:, None]  # [batch - n, 1]
+    results = (tf.tensor_scatter_nd_update(results[0], at, ids), tf.tensor_scatter_nd_update(results[1], at, scores))
+    state = _take(fields, keep)._replace(step=state.step, cache=compaction.select(state.cache, keep, state.step))
+    return state, _take(sentences, keep), results
+
+
 def beam_search(
     step_fn,
     initial_cache,
@@ -293,6 +376,8 @@ def beam_search(
     min_length=0,
     first_step_fn=None,
     forced_ids=None,
+    early_stop: str = "finished",
+    compaction: Compaction | None = None,
 ):
     """Finds the ``beam_size`` best continuations of BOS for each batch row.
 
@@ -322,6 +407,14 @@ def beam_search(
         prefix each row's hypotheses start with (:func:`force_prefix`); its
         tokens count in the scores as any other. ``max_lengths`` must leave
         room for it and one more token.
+      early_stop: when a sentence's search ends before its maximum length
+        (:data:`EARLY_STOPS`, :func:`sentence_done`).
+      compaction: how to drop finished sentences from the cache (:class:`Compaction`);
+        with it, once a quarter of the sentences a step computed are done, later
+        steps compute the others only (dropping at every sentence that ends, or at an
+        eighth, copied the cache more often for less: docs/design/decoding.md).
+        Without it (and under XLA, which needs fixed shapes) every step computes
+        every sentence until the last is done; the hypotheses are the same either way.
 
     Returns:
       ``(ids int32[batch, beam, length], scores float32[batch, beam], steps)``:
@@ -330,26 +423,47 @@ def beam_search(
       of decoding steps run (fewer than the maximum when every row stopped early).
     """
     batch, k = batch_size, beam_size
+    if early_stop not in EARLY_STOPS:
+        raise ValueError(f"early_stop must be one of {', '.join(EARLY_STOPS)}, got {early_stop!r}")
     if reorder_cache is None:
 
         def reorder_cache(cache, beams):
-            return _gather_beams(cache, beams, batch, k)
+            return _gather_beams(cache, beams, tf.shape(beams)[0], k)
 
+    if in_xla():
+        compaction = None
     length = tf.reduce_max(max_lengths)
-    best_possible_penalty = length_penalty(max_lengths, alpha)  # [batch]
+    sentences = Sentences(
+        rows=tf.range(batch),
+        max_lengths=max_lengths,
+        best_possible_penalty=length_penalty(max_lengths, alpha),
+        forced_ids=() if forced_ids is None else forced_ids,
+    )
 
-    def advance(state: BeamState, log_probs) -> BeamState:
+    def advance(state: BeamState, sentences: Sentences, log_probs) -> BeamState:
         """The state after step ``state.step``, from its ``log_probs`` ``[batch, K, vocab]``."""
         if forced_ids is not None:
-            log_probs = force_prefix(log_probs, forced_ids, state.step)
-        candidates = expand(state, log_probs, min_length, max_lengths, length)
+            log_probs = force_prefix(log_probs, sentences.forced_ids, state.step)
+        candidates = expand(state, log_probs, min_length, sentences.max_lengths, length)
         state = keep_finished(keep_live(state, candidates, k, reorder_cache), candidates, k, alpha)
-        return state._replace(step=state.step + 1)
+        state = state._replace(step=state.step + 1)
+        done = sentence_done(state, early_stop, sentences.max_lengths, sentences.best_possible_penalty)
+        return state._replace(done=done)
 
-    def body(state: BeamState) -> tuple[BeamState]:
-        ids = _flatten(state.live_ids[:, :, state.step])  # [batch*K]
-        log_probs, cache = step_fn(ids, state.cache, state.step)  # [batch*K, vocab]
-        return (advance(state._replace(cache=cache), _unflatten(log_probs, batch, k)),)  # [batch, K, vocab]
+    def body(state: BeamState, sentences: Sentences, results):
+        rows = tf.shape(state.live_log_probs)[0]  # the sentences still searched
+        ids = _flatten(state.live_ids[:, :, state.step])  # [rows*K]
+        log_probs, cache = step_fn(ids, state.cache, state.step)  # [rows*K, vocab]
+        state = advance(state._replace(cache=cache), sentences, _unflatten(log_probs, rows, k))  # [rows, K, vocab]
+        if compaction is None:
+            return state, sentences, results
+        finished = tf.reduce_sum(tf.cast(state.done, tf.int32))
+        worth_it = (finished > 0) & (finished < rows) & (4 * finished >= rows)  # a quarter done, not all
+
+        def dropped():
+            return compact(state, sentences, results, compaction, alpha)
+
+        return tf.cond(worth_it, dropped, lambda: (state, sentences, results))
 
     state = initial_state(batch, k, length, initial_cache)
     iterations = length
@@ -357,13 +471,31 @@ def beam_search(
         # Step 0 once per sentence; its row stands for every beam (only the first is alive).
         first_log_probs, cache = first_step_fn(state.live_ids[:, 0, 0], initial_cache)  # [batch, vocab]
         log_probs = tf.tile(first_log_probs[:, None, :], [1, k, 1])  # [batch, K, vocab]
-        state = advance(state._replace(cache=cache), log_probs)
+        state = advance(state._replace(cache=cache), sentences, log_probs)
         iterations = tf.maximum(length - 1, 0)
-    (state,) = tf.while_loop(
-        lambda state: still_searching(state, max_lengths, length, best_possible_penalty),
+    results = ()
+    invariants = None
+    if compaction is not None:
+        results = (tf.zeros([batch, k, length], tf.int32), tf.zeros([batch, k], tf.float32))
+        invariants = (
+            _unknown_sentences(state._replace(step=(), cache=()))._replace(
+                step=state.step.shape, cache=compaction.shapes(state.cache)
+            ),
+            _unknown_sentences(sentences),
+            tf.nest.map_structure(lambda x: x.shape, results),
+        )
+    state, sentences, results = tf.while_loop(
+        lambda state, sentences, results: still_searching(state, length),
         body,
-        (state,),
+        (state, sentences, results),
+        shape_invariants=invariants,
         maximum_iterations=iterations,
     )
-    ids, scores = best_hypotheses(state, batch, k, alpha)
+    ids, scores = best_hypotheses(state, k, alpha)
+    if compaction is not None:  # the sentences still in the loop join those dropped before
+        at = sentences.rows[:, None]
+        ids, scores = (
+            tf.tensor_scatter_nd_update(results[0], at, ids),
+            tf.tensor_scatter_nd_update(results[1], at, scores),
+        )
     return ids, scores, state.step

@@ -172,3 +172,43 @@ def prefix_step(cache, history, step, size) -> CacheStep:
     # Hypothesis-major rows, then position-major slots: the blocks' slots end to end.
     mask = ops.reshape(visible, (-1, 1, size, seen * size))  # [batch, 1, size, blocks * slots]
     return cache_step(cache, step, ops.stack([blocks, -1, -1, -1, -1]), mask)
+
+
+def select_sentences(cache, keep, position):
+    """The cache of sentences ``keep`` (``int32[n]``, indices into the batch, in that order) only.
+
+    A search drops the sentences whose hypotheses are final so that later steps
+    compute only the others. The blocks written before ``position`` are copied;
+    the later ones are new zeroed blocks, so the result is a fresh buffer that
+    :func:`write_slots` may update in place.
+    """
+    size = hypotheses_per_sentence(cache["layers"][0]["key"])
+    rows = ops.reshape(keep[:, None] * size + ops.arange(size)[None, :], (-1,))  # [n * size]
+    layers = []
+    for layer in cache["layers"]:
+        selected = {}
+        for name, slots in layer.items():
+            blocks = ops.shape(slots)[0]
+            written = ops.minimum(position // CACHE_BLOCK + 1, blocks)
+            kept = tf.gather(first_blocks(slots, ops.stack([written, -1, -1, -1, -1])), keep, axis=1)
+            _, _, heads, width, depth = ops.shape(slots)
+            unwritten = new_slots((blocks - written, ops.shape(keep)[0], heads, width, depth), slots.dtype)
+            fresh = ops.concatenate([kept, unwritten], axis=0)  # [blocks, n, heads, block * size, d]
+            fresh.set_shape([slots.shape[0], None, *slots.shape[2:]])
+            selected[name] = fresh
+        layers.append(selected)
+    return {"history": ops.take(cache["history"], rows, axis=0), "layers": layers}
+
+
+def sentence_shapes(cache):
+    """``cache``'s static shapes with the sentences' axis unknown: a search loop's shape invariants."""
+
+    def relaxed(x, axis):
+        shape = x.shape.as_list()
+        shape[axis] = None
+        return tf.TensorShape(shape)
+
+    return {
+        "history": relaxed(cache["history"], 0),
+        "layers": [{name: relaxed(slots, 1) for name, slots in layer.items()} for layer in cache["layers"]],
+    }

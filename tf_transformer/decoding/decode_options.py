@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from configs.decoding import MODEL_SETTINGS, SETTINGS
+from configs.decoding import EARLY_STOPS, MODEL_SETTINGS, SETTINGS
 
 # The beam sizes an export's options signature compiles in besides its own (:meth:`DecodeOptions.beam_sizes`):
 # the search builds its beam into its shapes, so a request picks one of a fixed set.
@@ -52,6 +52,12 @@ class DecodeOptions:
         limit, unless ``truncate_source``: then it is cut to its first
         ``max_source_length - 1`` tokens and EOS.
       truncate_source: see ``max_source_length``.
+      early_stop: when a sentence's search ends before its longest output (section 6.1:
+        "terminate early when possible"): ``"finished"`` once K hypotheses have ended
+        among the K best continuations of their steps (fairseq's and CTranslate2's rule),
+        ``"exact"`` once no live hypothesis can beat the K finished ones at any length
+        (:func:`~tf_transformer.decoding.beam_search.sentence_done`; docs/design/decoding.md
+        measures both).
     """
 
     beam_size: int = SETTINGS["beam_size"].default
@@ -62,6 +68,7 @@ class DecodeOptions:
     batch_parts: int = 1
     max_source_length: int | None = None
     truncate_source: bool = False
+    early_stop: str = EARLY_STOPS[0]
 
     def __post_init__(self):
         # Only what a search cannot run without: an export or run directory of an earlier version may record
@@ -74,6 +81,8 @@ class DecodeOptions:
             raise ValueError(f"batch_parts must be positive, got {self.batch_parts}")
         if self.max_source_length is not None and self.max_source_length < 2:
             raise ValueError(f"max_source_length must be at least 2 (a token and EOS), got {self.max_source_length}")
+        if self.early_stop not in EARLY_STOPS:
+            raise ValueError(f"early_stop must be one of {', '.join(EARLY_STOPS)}, got {self.early_stop!r}")
         if self.truncate_source and self.max_source_length is None:
             raise ValueError("truncate_source needs a max_source_length")
 

@@ -50,6 +50,8 @@ class ExportInfo:
       alignment_layer: the decoder layer ``translate_with_alignment`` aligns with (``None``: no such signature).
       source_vocab_size: source token ids must be below this.
       dtype: the graph's weights and compute dtype policy.
+      precision_reason: how ``dtype`` was chosen: ``"given"``, or ``tft-export --precision auto``'s reason
+        (``None``: the default, float32, or an export of an earlier version).
       task: the run's task (``tf_transformer.tasks``; ``None``: translation, for exports of earlier versions).
         A parser's ``translations`` are linearized trees (docs/parsing.md), written as ``linearization`` says.
       options: the decoding settings; ``None`` where the export records none (written before the file existed).
@@ -60,6 +62,7 @@ class ExportInfo:
     alignment_layer: int | None = None
     source_vocab_size: int | None = None
     dtype: str | None = None
+    precision_reason: str | None = None
     task: str | None = None
     linearization: str | None = None
     options: DecodeOptions | None = None
@@ -77,6 +80,8 @@ class ExportInfo:
         values = {RENAMED_KEYS.get(key, key): value for key, value in values.items()}
         own = {field.name for field in dataclasses.fields(cls)} - {"options"}
         options = {key: value for key, value in values.items() if key in _OPTIONS}
+        if options:  # exports written before the rule could be chosen stop on the exact bound
+            options.setdefault("early_stop", "exact")
         return cls(
             **{key: value for key, value in values.items() if key in own and key != "signatures"},
             signatures=tuple(values.get("signatures", ())),

@@ -36,6 +36,7 @@ import tensorflow as tf
 
 from configs.decoding import SAMPLING_SETTINGS, SEARCH_SETTINGS, SETTINGS
 from pipelines import target_model_beside
+from tf_transformer.cpu import choose_cpu_precision
 from tf_transformer.decoding.decode_options import DecodeOptions
 from tf_transformer.decoding.precision import inference_copy
 from tf_transformer.decoding.request import DecodeRequest
@@ -52,6 +53,7 @@ def export_info(
     alignment_layer: int | None = None,
     task: Task | None = None,
     request_signatures: bool = False,
+    precision_reason: str | None = None,
 ) -> ExportInfo:
     """What :data:`~tf_transformer.exporting.export_info.EXPORT_INFO` records for ``translator``."""
     model = translator.model
@@ -63,6 +65,7 @@ def export_info(
         alignment_layer=alignment_layer,
         source_vocab_size=model.source_vocab_size or model.vocab_size,
         dtype=model.dtype_policy.name,
+        precision_reason=precision_reason,
         task=task.name if task else None,
         linearization=getattr(task, "linearization", None),
         options=translator.options,
@@ -112,6 +115,7 @@ def export_translator(
     alignment_layer: int | None = None,
     task: Task | None = None,
     request_signatures: bool = True,
+    precision_reason: str | None = None,
 ) -> str:
     """Writes ``translator`` as a SavedModel at ``output``, atomically (:mod:`tf_transformer.files`).
 
@@ -119,6 +123,7 @@ def export_translator(
     ``alignment_layer``: add ``translate_with_alignment``, aligning with that
     decoder layer's attention (:meth:`Translator.translate_with_alignment`).
     ``request_signatures``: add :func:`request_time_endpoints` (not with ``ids_only``).
+    ``precision_reason``: why the model computes in its dtype, recorded with it.
 
     What is exported is a frozen copy (``Translator.frozen``): the decoder's
     kernels are saved in the layout decoding multiplies with, so a request does
@@ -168,7 +173,8 @@ def export_translator(
         if os.path.exists(target_model_beside(vocabulary_path)):  # an imported model's target side
             shutil.copyfile(target_model_beside(vocabulary_path), os.path.join(target, "assets", "sp.target.model"))
         alignment = None if ids_only else alignment_layer
-        write_export_info(target, export_info(translator, ids_only, alignment, task, request_signatures))
+        info = export_info(translator, ids_only, alignment, task, request_signatures, precision_reason)
+        write_export_info(target, info)
         replace_directory(target, output)  # an existing export stays whole until the new one is in place
     except (tf.errors.OpError, OSError) as error:  # a full disk, a quota: nothing of this export is left
         raise write_failed("export", output, error, os.path.exists(output)) from None
@@ -200,8 +206,14 @@ def export_run(
     (what Garg et al. 2019 found best in 6-layer models); ``None`` for no such signature.
     ``request_signatures``: see :func:`export_translator`.
     ``dtype`` (e.g. ``"bfloat16"``) stores and computes the weights in that dtype
-    (:func:`~tf_transformer.decoding.precision.inference_copy`); by default float32.
+    (:func:`~tf_transformer.decoding.precision.inference_copy`); by default float32;
+    ``"auto"``: bfloat16 where this CPU has a bfloat16 unit, else float32, as
+    training's ``--precision auto`` chooses (the export records which and why).
     """
+    reason = None if dtype is None else "given"
+    if dtype == "auto":
+        dtype, reason = choose_cpu_precision("bfloat16")
+        reason = f"auto: {reason}"
     model, config = restore_model(model_dir, checkpoint)
     options = options or DecodeOptions.from_config(config)
     if options.max_source_length is None:
@@ -229,6 +241,7 @@ def export_run(
         alignment_layer=alignment_layer,
         task=task_of_run(model_dir),
         request_signatures=request_signatures,
+        precision_reason=reason,
     )
 
 

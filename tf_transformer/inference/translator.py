@@ -11,13 +11,19 @@ import tensorflow as tf
 from configs.decoding import DRAW_SETTINGS, SETTINGS
 from pipelines.vocab import Tokenizer
 from tf_transformer.constants import EOS_ID, PAD_ID
+from tf_transformer.decoding import cache as caching
 from tf_transformer.decoding.alignment import graph_word_alignment, hypothesis_attention
-from tf_transformer.decoding.beam_search import beam_search
+from tf_transformer.decoding.beam_search import Compaction, beam_search
 from tf_transformer.decoding.decode_options import DecodeOptions
 from tf_transformer.decoding.incremental import IncrementalDecoder
 from tf_transformer.decoding.request import DecodeRequest, Sampling
 from tf_transformer.decoding.sampling import sample_search
 from tf_transformer.decoding.scoring import score_ids
+
+# The per-sentence entries of IncrementalDecoder.constants: the encoder-decoder keys and values.
+_MEMORY = ("memory_key", "memory_value")
+# A search's cache entries besides the decoder's: one row per sentence each.
+_SENTENCE = ("memory", "memory_mask")
 
 _ASSERTIONS = {
     ">=": tf.debugging.assert_greater_equal,
@@ -134,21 +140,49 @@ class Translator(tf.Module):
         decoding = self.decoding
         memory, memory_mask = decoding.encode(inputs)  # [batch, src_len, d_model]
 
+        compaction = None
         if use_cache:
-            # Encoder-decoder keys and values once per sentence, shared by its beams;
-            # the decoder's kernels laid out for one-row-per-hypothesis products.
+            # Encoder-decoder keys and values once per sentence, shared by its beams; the decoder's
+            # kernels laid out for one-row-per-hypothesis products. What is per sentence (the memory's
+            # keys and values, its mask, the decoder's cache) is the search's cache, which drops
+            # the sentences whose hypotheses are final.
             weights = None if self.frozen_weights is None else self.frozen_weights.layers
             constants = decoding.constants(memory, weights, memory_mask)
-            cache = decoding.empty_cache(batch, max_length, memory.dtype, beam_size=beam_size)
-            reorder_cache = decoding.reorder_cache
+            kernels = [{name: value for name, value in layer.items() if name not in _MEMORY} for layer in constants]
+            cache = {
+                "decoder": decoding.empty_cache(batch, max_length, memory.dtype, beam_size=beam_size),
+                "memory": [{name: layer[name] for name in _MEMORY} for layer in constants],
+                "memory_mask": memory_mask,  # [batch, 1, 1, src_len]
+            }
+
+            def layer_constants(cache):
+                return [{**own, **memory} for own, memory in zip(kernels, cache["memory"], strict=True)]
 
             def step_fn(ids, cache, step):
-                logits, cache = decoding.step(ids, cache, constants, memory_mask, step)
-                return tf.nn.log_softmax(logits, axis=-1), cache  # [batch * beam, vocab]
+                logits, decoder = decoding.step(
+                    ids, cache["decoder"], layer_constants(cache), cache["memory_mask"], step
+                )
+                return tf.nn.log_softmax(logits, axis=-1), {**cache, "decoder": decoder}  # [batch * beam, vocab]
 
             def first_step_fn(ids, cache):  # step 0 once per sentence, not once per beam
-                logits, cache = decoding.first_step(ids, cache, constants, memory_mask)
-                return tf.nn.log_softmax(logits, axis=-1), cache  # [batch, vocab]
+                logits, decoder = decoding.first_step(ids, cache["decoder"], layer_constants(cache), memory_mask)
+                return tf.nn.log_softmax(logits, axis=-1), {**cache, "decoder": decoder}  # [batch, vocab]
+
+            def reorder_cache(cache, beams):
+                return {**cache, "decoder": decoding.reorder_cache(cache["decoder"], beams)}
+
+            def select(cache, keep, step):
+                selected = {key: tf.nest.map_structure(lambda x: tf.gather(x, keep), cache[key]) for key in _SENTENCE}
+                return {**selected, "decoder": caching.select_sentences(cache["decoder"], keep, step)}
+
+            def shapes(cache):
+                relaxed = {
+                    key: tf.nest.map_structure(lambda x: tf.TensorShape([None, *x.shape[1:]]), cache[key])
+                    for key in _SENTENCE
+                }
+                return {**relaxed, "decoder": caching.sentence_shapes(cache["decoder"])}
+
+            compaction = Compaction(select, shapes)
         else:
             # Every beam of a sentence runs the full decoder: tile to [batch * beam, ...].
             memory = tf.repeat(memory, beam_size, axis=0)
@@ -173,6 +207,8 @@ class Translator(tf.Module):
             min_length=request.min_length,
             first_step_fn=first_step_fn,
             forced_ids=prefix_ids,
+            early_stop=self.options.early_stop,
+            compaction=compaction,
         )
 
     def limit_source(self, inputs):

@@ -16,11 +16,7 @@ import os
 import tensorflow as tf
 
 from configs import RunOptions, TransformerConfig
-from tf_transformer.cpu import cpu_info
-
-# CPU flags of a bfloat16 matrix unit (/proc/cpuinfo): AVX512_BF16 (AMD Zen 4 and later, Intel Cooper
-# Lake) and AMX (Intel Sapphire Rapids and later). Without them Keras's mixed_bfloat16 is emulated.
-BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+from tf_transformer.cpu import choose_cpu_precision
 
 
 class OptionError(ValueError):
@@ -47,7 +43,7 @@ def choose_precision() -> tuple[str, str]:
     GPUs: ``mixed_bfloat16`` from compute capability 8.0 (bfloat16 tensor
     cores), else ``mixed_float16`` (its loss scaling decides once for every
     replica and worker: :mod:`.update`). CPUs: ``mixed_bfloat16`` where
-    the CPU has a bfloat16 unit (:data:`BFLOAT16_CPU_FLAGS`), else ``float32``:
+    the CPU has a bfloat16 unit (:data:`tf_transformer.cpu.BFLOAT16_CPU_FLAGS`), else ``float32``:
     emulated bfloat16 is slower than float32 (docs/benchmarks.md).
     """
     gpus = tf.config.list_physical_devices("GPU")
@@ -58,11 +54,7 @@ def choose_precision() -> tuple[str, str]:
             return "mixed_bfloat16", f"GPUs of compute capability {lowest[0]}.{lowest[1]} compute in bfloat16"
         found = f"{lowest[0]}.{lowest[1]}" if lowest else "unknown"
         return "mixed_float16", f"GPUs of compute capability {found} (below 8.0) compute in float16, not bfloat16"
-    model, flags = cpu_info()
-    found = [flag for flag in BFLOAT16_CPU_FLAGS if flag in flags]
-    if found:
-        return "mixed_bfloat16", f"the CPU ({model}) computes in bfloat16 ({', '.join(found)})"
-    return "float32", f"the CPU ({model}) has no bfloat16 unit ({' or '.join(BFLOAT16_CPU_FLAGS)}): float32 is faster"
+    return choose_cpu_precision("mixed_bfloat16")
 
 
 def default_jit_compile() -> bool:
