@@ -471,6 +471,26 @@ def test_top_continuations_equal_a_vocabulary_wide_bias(vocab, step):
         assert (got[0][~alive] <= NEG_INF / 2).all()
 
 
+def test_finished_rule_also_stops_at_the_exact_bound(monkeypatch):
+    """Live beams that never end among the K best: the bound stops the search, with the hypotheses going on would keep.
+
+    α = 0, K = 2. After BOS: a 0.4, b 0.35, EOS 0.25 (third: finished, not counted). After a:
+    a 0.3, b 0.3, EOS 0.4; after b: a 0.5, b 0.5. Step 1's best are "b a" and "b b" (0.175);
+    "a EOS" (0.16, third) finishes. Step 2's live beams "b b a" and "b b b" (0.0875) cannot beat
+    the finished 0.16 any more, though from here on the K best continuations never end.
+    """
+    monkeypatch.setitem(
+        globals(),
+        "TABLE",
+        {BOS_ID: {4: 0.4, 5: 0.35, EOS_ID: 0.25}, 4: {4: 0.3, 5: 0.3, EOS_ID: 0.4}, 5: {4: 0.5, 5: 0.5}},
+    )
+    for early_stop in ("finished", "exact"):
+        ids, scores, steps = run_table(beam_size=2, alpha=0.0, max_length=8, early_stop=early_stop)
+        assert steps == 3, early_stop
+        assert list(ids[0][:1]) == [EOS_ID] and list(ids[1][:2]) == [4, EOS_ID]
+        np.testing.assert_allclose(scores, np.log([0.25, 0.16]), rtol=1e-5)
+
+
 # Eight sentences whose next token depends on the sentence and the previous token only: sentence s
 # ends with probability EOS_CHANCE[s] after any token but BOS, so they end at different steps.
 EOS_CHANCE = [0.9, 0.05, 0.5, 0.2, 0.7, 0.1, 0.3, 0.6]

@@ -198,23 +198,22 @@ def initial_state(batch, beam_size: int, length, cache) -> BeamState:
 def sentence_done(state: BeamState, early_stop: str, max_lengths, best_possible_penalty):
     """``bool[batch]``: whether each sentence's search has ended after step ``state.step - 1``.
 
-    Every sentence ends at its ``max_lengths``. Before that, by ``early_stop``
-    (:data:`EARLY_STOPS`): ``"finished"`` once K hypotheses ended among the K best
-    continuations of their steps (``state.ended``); ``"exact"`` once its K finished
-    hypotheses all beat the best final score any live beam could still reach. A
-    live beam's score can only fall as it grows, so that is its log-probability
-    now divided by the largest penalty it can reach (``best_possible_penalty``
-    ``[batch]``, at the sentence's ``max_lengths``).
+    Every sentence ends at its ``max_lengths``, and once its K finished hypotheses
+    all beat the best final score any live beam could still reach (the exact
+    bound). A live beam's score can only fall as it grows, so that is its
+    log-probability now divided by the largest penalty it can reach
+    (``best_possible_penalty`` ``[batch]``, at the sentence's ``max_lengths``).
+    With ``early_stop="finished"`` (:data:`EARLY_STOPS`) it also ends once K
+    hypotheses ended among the K best continuations of their steps
+    (``state.ended``). Where the bound comes first, going on could not have
+    changed its hypotheses, so it only saves steps.
     """
     k = state.finished_flags.shape[1]
+    best_live = state.live_log_probs[:, 0] / best_possible_penalty  # [batch]
+    worst_finished = tf.reduce_min(tf.where(state.finished_flags, state.finished_scores, -NEG_INF), axis=1)  # [batch]
+    settled = tf.logical_and(tf.reduce_all(state.finished_flags, axis=1), worst_finished >= best_live)  # [batch]
     if early_stop == "finished":
-        settled = state.ended >= k  # [batch]
-    else:
-        best_live = state.live_log_probs[:, 0] / best_possible_penalty  # [batch]
-        worst_finished = tf.reduce_min(
-            tf.where(state.finished_flags, state.finished_scores, -NEG_INF), axis=1
-        )  # [batch]
-        settled = tf.logical_and(tf.reduce_all(state.finished_flags, axis=1), worst_finished >= best_live)
+        settled = settled | (state.ended >= k)
     return state.done | settled | (state.step >= max_lengths)
 
 
