@@ -1,7 +1,7 @@
 """Ours: the ``small``/``base`` preset trained by Keras ``fit`` with the paper's loss and optimizer
 (float32 and mixed_bfloat16); decoding through the exported SavedModel's ``translate_ids``
 signature (exported with min = max output length), float32 and bfloat16 weights
-(``tft-export --dtype bfloat16``)."""
+(``tft-export --precision bfloat16``)."""
 
 from __future__ import annotations
 

@@ -46,13 +46,13 @@ flags.DEFINE_string("checkpoint", None, "Checkpoint prefix (default: the run's n
 flags.DEFINE_string("work", "/tmp/batch_breakdown", "Where the exports are written (replaced).")
 flags.DEFINE_string("src", "../shared/data/multi30k/test_2016_flickr.en", "Source sentences, one per line.")
 flags.DEFINE_integer("batch", 32, "Sentences per batch.", lower_bound=1)
-flags.DEFINE_integer("beam_size", 4, "Beam size (0: greedy search, the export's beam 1).", lower_bound=1)
+flags.DEFINE_integer("beam_size", 4, "Beam size of the export (1: greedy).", lower_bound=1)
 flags.DEFINE_integer("threads", 2, "TensorFlow's intra- and inter-op threads, CTranslate2's intra threads.")
 flags.DEFINE_integer("sentences", 0, "Use the first this many sentences (0: all).", lower_bound=0)
 flags.DEFINE_list("rows", ["32", "16", "8", "4", "1"], "Batch sizes of the fixed-length step timing (empty: none).")
 flags.DEFINE_integer("fixed_length", 24, "Output tokens of the fixed-length step timing.", lower_bound=2)
 flags.DEFINE_bool("ct2", True, "Also time CTranslate2 float32 on the same batches (needs the reference extra).")
-flags.DEFINE_string("early_stop", None, "The export's early-stopping rule (default: the run's default).")
+flags.DEFINE_enum("early_stop", None, ["finished", "exact"], "The export's early-stopping rule (default: finished).")
 flags.mark_flag_as_required("model_dir")
 
 
@@ -187,7 +187,7 @@ def main(argv):
         "sentences": len(lines),
         "batch": FLAGS.batch,
         "beam_size": options.beam_size,
-        "early_stop": getattr(options, "early_stop", "exact"),
+        "early_stop": options.early_stop,
         "threads": FLAGS.threads,
         "ours": {**ours, "fixed_length_step_milliseconds_by_rows": rows},
     }

@@ -195,8 +195,13 @@ def test_translate_names_a_missing_model(tmp_path):
 
 
 def test_translate_refuses_an_early_stop_rule_for_an_export(tmp_path):
-    """An export fixed its rule when it was written: --early_stop with --model is refused, not ignored."""
+    """An export fixed its rule when it was written, and sampling has none: --early_stop there is refused, not
+    ignored."""
     result = run_command(
         "tft-translate", "--model", str(tmp_path / "export"), "--early_stop", "exact", input="zeta\n", timeout=120
     )
     assert result.returncode != 0 and "--early_stop is fixed when exporting" in result.stderr
+    sampled = run_command(
+        "tft-translate", "--model_dir", str(tmp_path / "run"), "--sampling", "--early_stop", "exact", input="zeta\n"
+    )
+    assert sampled.returncode != 0 and "--early_stop is beam search's" in sampled.stderr

@@ -515,6 +515,23 @@ def sentence_table_step(counter):
     return step_fn
 
 
+def test_dropping_finished_sentences_in_the_decoder_cache_changes_nothing():
+    """Sources of 2 to 12 tokens: the short ones leave while the long ones go on writing new cache blocks."""
+    model = build_transformer(get_config("tiny"))
+    lengths = [2, 12, 3, 11]
+    source = np.zeros((4, 12), "int32")
+    for row, length in enumerate(lengths):
+        source[row, :length] = RNG.integers(4, 256, length)
+        source[row, length - 1] = EOS_ID
+    translator = Translator(model, tokenizer=None, options=DecodeOptions(beam_size=2, alpha=0.6, max_extra_length=7))
+    full_ids, full_scores, _ = translator.search(source, use_cache=False)
+    cached = tf.function(lambda x: translator.search(x)[:2])
+    for _ in range(2):  # in a graph, twice: a shared or reused buffer would show
+        ids, scores = cached(source)
+        np.testing.assert_array_equal(np.asarray(ids), np.asarray(full_ids))
+        np.testing.assert_allclose(np.asarray(scores), np.asarray(full_scores), atol=1e-4)
+
+
 def test_dropping_finished_sentences_changes_no_hypothesis():
     """Sentences leave the loop as they end (fewer rows computed); n-best, scores and steps stay the same."""
     from tf_transformer.decoding.beam_search import Compaction
@@ -527,14 +544,18 @@ def test_dropping_finished_sentences_changes_no_hypothesis():
 
     compaction = Compaction(select, lambda cache: {"sentence": tf.TensorShape([None])})
     max_lengths = tf.constant([12, 12, 9, 12, 12, 12, 10, 12])
-    for early_stop in ("finished", "exact"):
+    # Sentence 2 forced to start with "a" and end right after: one beam alive, the others fill its n-best.
+    prefixes = tf.constant([[0], [0], [4], [0], [0], [0], [0], [0]])
+    cases = [("finished", None, max_lengths), ("exact", None, max_lengths)]
+    cases.append(("finished", prefixes, tf.tensor_scatter_nd_update(max_lengths, [[2]], [2])))
+    for early_stop, forced_ids, max_lengths in cases:
         outputs, computed = [], []
         for dropping in (None, compaction):
             counter = tf.Variable(0)
             cache = {"sentence": tf.repeat(tf.range(batch), beam)}  # [batch * beam]
             search = functools.partial(
                 beam_search, sentence_table_step(counter), cache, batch, max_lengths, beam_size=beam, alpha=0.6,
-                min_length=2, early_stop=early_stop, compaction=dropping,
+                min_length=2, early_stop=early_stop, compaction=dropping, forced_ids=forced_ids,
             )  # fmt: skip
             outputs.append([np.asarray(x) for x in tf.function(search)()])
             computed.append(int(counter.numpy()))
@@ -544,3 +565,5 @@ def test_dropping_finished_sentences_changes_no_hypothesis():
         assert dropped_steps == steps
         assert computed[1] < computed[0], (early_stop, computed)  # the ended sentences were not computed
         assert len({tuple(row) for row in ids[:, 0]}) > 1  # the sentences' outputs differ: rows cannot swap
+        if forced_ids is not None:  # one hypothesis, then two fillers: no tokens, NEG_INF, wherever it stopped
+            assert list(ids[2, 0, :2]) == [4, EOS_ID] and (ids[2, 1:] == 0).all() and (scores[2, 1:] == -1.0e9).all()

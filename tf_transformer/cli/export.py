@@ -55,9 +55,9 @@ flags.DEFINE_enum(
     None,
     ["auto", "float32", "bfloat16", "float16"],
     "Weights and compute dtype of the exported graph (default: float32). auto: bfloat16 where this CPU has a "
-    "bfloat16 unit (AMX, AVX512_BF16), else float32, as tft-train --precision auto chooses; the export records "
-    "which and why. bfloat16 decodes faster on such CPUs, with translations that differ slightly from float32's "
-    "(docs/inference.md#precision-and-layout).",
+    "bfloat16 unit (AMX, AVX512_BF16), else float32 (the exporting machine's CPU decides, as it does for "
+    "tft-train on CPUs); the export records which and why. bfloat16 decodes faster on such CPUs, with "
+    "translations that differ slightly from float32's (docs/inference.md#precision-and-layout).",
 )
 flags.DEFINE_alias("dtype", "precision")  # the name of earlier versions
 flags.DEFINE_integer(

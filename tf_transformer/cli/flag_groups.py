@@ -123,7 +123,7 @@ def define_early_stop_flag(note: str = "") -> None:
         "When a sentence's beam search ends before its longest output. finished (the default): once beam_size "
         "hypotheses have ended among the beam_size best continuations of their steps, as fairseq and CTranslate2 "
         "stop; exact: once no live hypothesis can beat the finished ones at any length (more steps; "
-        "docs/inference.md#when-a-search-stops)." + note,
+        "docs/inference.md#when-a-search-stops). Not tft-train's --early_stopping, which stops training." + note,
     )
 
 

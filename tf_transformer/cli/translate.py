@@ -87,6 +87,8 @@ def main(argv):
         raise app.UsageError("--batch_parts is fixed when exporting (tft-export); use --model_dir to choose it")
     if FLAGS.model and FLAGS.early_stop is not None:
         raise app.UsageError("--early_stop is fixed when exporting (tft-export); use --model_dir to choose it")
+    if FLAGS.sampling and FLAGS.early_stop is not None:
+        raise app.UsageError("--early_stop is beam search's: --sampling draws one output per line and stops at EOS")
     if FLAGS.alignment and not FLAGS.model:
         raise app.UsageError("--alignment needs --model: an export with the translate_with_alignment signature")
     if FLAGS.alignment and not request.is_default():

@@ -287,13 +287,17 @@ def best_hypotheses(state: BeamState, beam_size: int, alpha: float):
     """``(ids int32[batch, K, length], scores float32[batch, K])`` when the search stops.
 
     Finished hypotheses first, best first, then live ones (only where fewer than K
-    finished, scored with the penalty of their length); without BOS, and padded
-    with 0 after EOS.
+    finished, scored with the penalty of their length; a beam that is not alive as
+    ``NEG_INF`` and no tokens); without BOS, and padded with 0 after EOS.
     """
     k = beam_size
     batch = tf.shape(state.live_log_probs)[0]
-    live_scores = state.live_log_probs / length_penalty(state.step, alpha)  # [batch, K]
-    all_ids = tf.concat([state.finished_ids, state.live_ids], axis=1)[:, :, 1:]  # [batch, 2K, length]
+    # A dead beam fills a slot as NEG_INF with no tokens: its score and ids must not depend on the
+    # step the search stopped at (a sentence that left the loop early stops earlier).
+    dead = state.live_log_probs <= NEG_INF / 2  # [batch, K]
+    live_scores = tf.where(dead, NEG_INF, state.live_log_probs / length_penalty(state.step, alpha))  # [batch, K]
+    live_ids = tf.where(dead[:, :, None], 0, state.live_ids)  # [batch, K, length + 1]
+    all_ids = tf.concat([state.finished_ids, live_ids], axis=1)[:, :, 1:]  # [batch, 2K, length]
     all_scores = tf.concat(
         [tf.where(state.finished_flags, state.finished_scores, NEG_INF), live_scores], axis=1
     )  # [batch, 2K]
@@ -328,8 +332,8 @@ class Compaction(NamedTuple):
     Fields:
       select: ``(cache, keep int32[n], step) → cache`` of the sentences ``keep`` only,
         in that order (``step``: the position the next step writes).
-      shapes: ``cache → `` its static shapes with the sentences' axis unknown (the
-        search loop's shape invariants).
+      shapes: ``cache →`` the cache's static shapes with the sentences' axis unknown
+        (the search loop's shape invariants).
     """
 
     select: Any
@@ -475,7 +479,7 @@ def beam_search(
     results = ()
     invariants = None
     if compaction is not None:
-        results = (tf.zeros([batch, k, length], tf.int32), tf.zeros([batch, k], tf.float32))
+        results = (tf.zeros([batch, k, length], tf.int32), tf.zeros([batch, k], tf.float32))  # [batch, K, ...]
         invariants = (
             _unknown_sentences(state._replace(step=(), cache=()))._replace(
                 step=state.step.shape, cache=compaction.shapes(state.cache)

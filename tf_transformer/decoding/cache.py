@@ -190,9 +190,12 @@ def select_sentences(cache, keep, position):
         for name, slots in layer.items():
             blocks = ops.shape(slots)[0]
             written = ops.minimum(position // CACHE_BLOCK + 1, blocks)
-            kept = tf.gather(first_blocks(slots, ops.stack([written, -1, -1, -1, -1])), keep, axis=1)
+            view = first_blocks(slots, ops.stack([written, -1, -1, -1, -1]))  # [written, batch, heads, width, d]
+            kept = tf.gather(view, keep, axis=1)  # [written, n, heads, width, d]
             _, _, heads, width, depth = ops.shape(slots)
-            unwritten = new_slots((blocks - written, ops.shape(keep)[0], heads, width, depth), slots.dtype)
+            unwritten = new_slots(
+                (blocks - written, ops.shape(keep)[0], heads, width, depth), slots.dtype
+            )  # [blocks - written, n, heads, width, d]: zeros
             fresh = ops.concatenate([kept, unwritten], axis=0)  # [blocks, n, heads, block * size, d]
             fresh.set_shape([slots.shape[0], None, *slots.shape[2:]])
             selected[name] = fresh

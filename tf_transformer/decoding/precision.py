@@ -1,4 +1,4 @@
-"""Weights stored in a 16-bit dtype for inference (exports with ``--dtype bfloat16``)."""
+"""Weights stored in a 16-bit dtype for inference (exports with ``--precision bfloat16``)."""
 
 from __future__ import annotations
 

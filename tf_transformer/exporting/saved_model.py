@@ -207,8 +207,8 @@ def export_run(
     ``request_signatures``: see :func:`export_translator`.
     ``dtype`` (e.g. ``"bfloat16"``) stores and computes the weights in that dtype
     (:func:`~tf_transformer.decoding.precision.inference_copy`); by default float32;
-    ``"auto"``: bfloat16 where this CPU has a bfloat16 unit, else float32, as
-    training's ``--precision auto`` chooses (the export records which and why).
+    ``"auto"``: bfloat16 where this machine's CPU has a bfloat16 unit, else float32,
+    as training's ``--precision auto`` chooses on CPUs (the export records which and why).
     """
     reason = None if dtype is None else "given"
     if dtype == "auto":

@@ -165,7 +165,9 @@ class Translator(tf.Module):
                 return tf.nn.log_softmax(logits, axis=-1), {**cache, "decoder": decoder}  # [batch * beam, vocab]
 
             def first_step_fn(ids, cache):  # step 0 once per sentence, not once per beam
-                logits, decoder = decoding.first_step(ids, cache["decoder"], layer_constants(cache), memory_mask)
+                logits, decoder = decoding.first_step(
+                    ids, cache["decoder"], layer_constants(cache), cache["memory_mask"]
+                )
                 return tf.nn.log_softmax(logits, axis=-1), {**cache, "decoder": decoder}  # [batch, vocab]
 
             def reorder_cache(cache, beams):
