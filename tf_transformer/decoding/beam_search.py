@@ -340,12 +340,12 @@ class Compaction(NamedTuple):
     shapes: Any
 
 
-def _take(tree, rows):
+def take_sentences(tree, rows):
     """Every tensor of ``tree`` (sentences first) at ``rows`` ``int32[n]``."""
     return tf.nest.map_structure(lambda x: tf.gather(x, rows), tree)
 
 
-def _unknown_sentences(tree):
+def unknown_sentences(tree):
     """The static shapes of ``tree``'s tensors (sentences first) with that axis unknown."""
     return tf.nest.map_structure(lambda x: tf.TensorShape([None, *x.shape[1:]]), tree)
 
@@ -361,11 +361,15 @@ def compact(state: BeamState, sentences: Sentences, results, compaction: Compact
     keep = tf.cast(tf.where(~state.done)[:, 0], tf.int32)  # [n]
     leave = tf.cast(tf.where(state.done)[:, 0], tf.int32)  # [batch - n]
     fields = state._replace(step=(), cache=())
-    ids, scores = best_hypotheses(_take(fields, leave)._replace(step=state.step), k, alpha)  # [batch - n, K, ...]
+    ids, scores = best_hypotheses(
+        take_sentences(fields, leave)._replace(step=state.step), k, alpha
+    )  # [batch - n, K, ...]
     at = tf.gather(sentences.rows, leave)[:, None]  # [batch - n, 1]
     results = (tf.tensor_scatter_nd_update(results[0], at, ids), tf.tensor_scatter_nd_update(results[1], at, scores))
-    state = _take(fields, keep)._replace(step=state.step, cache=compaction.select(state.cache, keep, state.step))
-    return state, _take(sentences, keep), results
+    state = take_sentences(fields, keep)._replace(
+        step=state.step, cache=compaction.select(state.cache, keep, state.step)
+    )
+    return state, take_sentences(sentences, keep), results
 
 
 def beam_search(
@@ -481,10 +485,10 @@ def beam_search(
     if compaction is not None:
         results = (tf.zeros([batch, k, length], tf.int32), tf.zeros([batch, k], tf.float32))  # [batch, K, ...]
         invariants = (
-            _unknown_sentences(state._replace(step=(), cache=()))._replace(
+            unknown_sentences(state._replace(step=(), cache=()))._replace(
                 step=state.step.shape, cache=compaction.shapes(state.cache)
             ),
-            _unknown_sentences(sentences),
+            unknown_sentences(sentences),
             tf.nest.map_structure(lambda x: x.shape, results),
         )
     state, sentences, results = tf.while_loop(

@@ -13,7 +13,7 @@ from pipelines.vocab import Tokenizer
 from tf_transformer.constants import EOS_ID, PAD_ID
 from tf_transformer.decoding import cache as caching
 from tf_transformer.decoding.alignment import graph_word_alignment, hypothesis_attention
-from tf_transformer.decoding.beam_search import Compaction, beam_search
+from tf_transformer.decoding.beam_search import Compaction, beam_search, take_sentences, unknown_sentences
 from tf_transformer.decoding.decode_options import DecodeOptions
 from tf_transformer.decoding.incremental import IncrementalDecoder
 from tf_transformer.decoding.request import DecodeRequest, Sampling
@@ -174,14 +174,11 @@ class Translator(tf.Module):
                 return {**cache, "decoder": decoding.reorder_cache(cache["decoder"], beams)}
 
             def select(cache, keep, step):
-                selected = {key: tf.nest.map_structure(lambda x: tf.gather(x, keep), cache[key]) for key in _SENTENCE}
+                selected = take_sentences({key: cache[key] for key in _SENTENCE}, keep)
                 return {**selected, "decoder": caching.select_sentences(cache["decoder"], keep, step)}
 
             def shapes(cache):
-                relaxed = {
-                    key: tf.nest.map_structure(lambda x: tf.TensorShape([None, *x.shape[1:]]), cache[key])
-                    for key in _SENTENCE
-                }
+                relaxed = unknown_sentences({key: cache[key] for key in _SENTENCE})
                 return {**relaxed, "decoder": caching.sentence_shapes(cache["decoder"])}
 
             compaction = Compaction(select, shapes)
