@@ -100,3 +100,7 @@ EARLY_STOPS = ("finished", "exact")
 
 # Section 6.3's parsing: "a beam size of 21 and α = 0.3", "maximum output length to input length + 300".
 PARSING_DECODING = dict(beam_size=21, alpha=0.3, max_extra_length=300)
+
+# The ways a parser writes a tree as target symbols (section 6.3; docs/parsing.md#trees-as-sequences): the
+# linearizations whose well-formed trees a constrained search can keep to (``DecodeOptions.tree``).
+TREE_LINEARIZATIONS = ("xx", "tags", "words")

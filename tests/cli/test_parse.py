@@ -127,3 +127,20 @@ def test_tft_score_gives_the_log_probability_of_gold_trees(parser, test_set):
     np.testing.assert_allclose([row[1] for row in rows], np.asarray(expected["log_probs"]), atol=2e-3)
     symbols = [len(task.target_text(tree).split()) for tree in trees]  # whole symbols and words: at least one piece
     assert all(row[2] >= count + 1 for row, count in zip(rows, symbols, strict=True))  # EOS counted
+
+
+def test_a_run_directory_parses_constrained_unless_told_and_an_export_fixes_its_own(parser, test_set, tiny_run):
+    lines = test_set[0].read_text().splitlines()[:6]
+    constrained = run_command("tft-parse", "--model_dir", parser[0], "--pretokenized", input="\n".join(lines) + "\n")
+    assert constrained.returncode == 0, constrained.stderr[-3000:]
+    assert "parsed 6 sentences; 0 needed a repair" in constrained.stderr
+    free = run_command(
+        "tft-parse", "--model_dir", parser[0], "--pretokenized", "--noconstrained", input="\n".join(lines) + "\n"
+    )
+    assert free.returncode == 0, free.stderr[-3000:]
+    assert "parsed 6 sentences; 0 needed" not in free.stderr  # a model trained a few steps writes no trees
+    assert [Tree.fromstring(line).leaves() for line in free.stdout.splitlines()] == [line.split() for line in lines]
+    fixed = run_command("tft-parse", "--model", parser[1], "--noconstrained", input="a\n")
+    assert fixed.returncode != 0 and "--constrained is fixed when exporting" in fixed.stderr
+    translation = run_command("tft-translate", "--model_dir", tiny_run, "--noconstrained", input="alpha\n")
+    assert translation.returncode != 0 and "--constrained is a parser's" in translation.stderr

@@ -25,8 +25,10 @@ from absl import app, flags
 from tf_transformer.cli import run_main
 from tf_transformer.cli.flag_groups import (
     check_model_flags,
+    constrained,
     decode_request,
     define_batch_flags,
+    define_constrained_flag,
     define_decoding_flags,
     define_model_flags,
 )
@@ -42,6 +44,7 @@ flags.DEFINE_bool("lowercase", False, "Lowercase before BLEU (translation).")
 flags.DEFINE_string("tokenize", None, "sacreBLEU tokenizer (13a, intl, none, …; translation; default 13a).")
 define_decoding_flags(("beam_size", "alpha"), " (--model_dir only)")
 define_batch_flags()
+define_constrained_flag(" --model_dir only; an export fixes its own.")
 
 
 def main(argv):
@@ -53,6 +56,7 @@ def main(argv):
     from tf_transformer.inference.batch_translation import translate_lines, translate_with_checkpoint
 
     task = model_task(FLAGS.model, FLAGS.model_dir)
+    constrain = constrained(task)
     metric_options = {"lowercase": FLAGS.lowercase, "tokenize": FLAGS.tokenize or "13a"}
     if task.metric != "bleu":
         if FLAGS.lowercase or FLAGS.tokenize:
@@ -66,13 +70,20 @@ def main(argv):
     if FLAGS.model:
         hypotheses = [text for text, _ in translate_lines(FLAGS.model, sources, FLAGS.batch_size, progress)]
     else:
+        from tf_transformer.decoding.decode_options import DecodeOptions
         from tf_transformer.run_dir import resolve_checkpoint
 
         try:
             checkpoint = resolve_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
             print(f"checkpoint: {checkpoint}", file=sys.stderr, flush=True)
             results = translate_with_checkpoint(
-                FLAGS.model_dir, sources, FLAGS.batch_size, request, progress=progress, checkpoint=checkpoint
+                FLAGS.model_dir,
+                sources,
+                FLAGS.batch_size,
+                request,
+                DecodeOptions.for_run(FLAGS.model_dir, constrained=constrain),
+                progress=progress,
+                checkpoint=checkpoint,
             )
         except (FileNotFoundError, ValueError) as error:
             raise app.UsageError(str(error)) from None

@@ -13,7 +13,13 @@ from absl import app, flags
 
 from configs.decoding import SEARCH_SETTINGS
 from tf_transformer.cli import run_main
-from tf_transformer.cli.flag_groups import decode_request, define_decoding_flags, define_early_stop_flag
+from tf_transformer.cli.flag_groups import (
+    constrained,
+    decode_request,
+    define_constrained_flag,
+    define_decoding_flags,
+    define_early_stop_flag,
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "Model directory written by tft-train.", required=True)
@@ -50,6 +56,7 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_alias("max_length", "max_output_length")  # the name of earlier versions
 define_early_stop_flag(" Fixed in the export.")
+define_constrained_flag(" Fixed in the export.")
 flags.DEFINE_enum(
     "precision",
     None,
@@ -113,6 +120,7 @@ SAVED_MODEL_FLAGS = (
     "min_length",
     "max_output_length",
     "early_stop",
+    "constrained",
     "precision",
     "batch_parts",
     "max_source_length",
@@ -148,8 +156,11 @@ def main(argv):
 
     try:
         checkpoint = resolve_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
+        from tf_transformer.tasks import task_of_run
+
         options = DecodeOptions.for_run(
             FLAGS.model_dir,
+            constrained=constrained(task_of_run(FLAGS.model_dir)),
             max_output_length=FLAGS.max_output_length,
             early_stop=FLAGS.early_stop,
             batch_parts=FLAGS.batch_parts,

@@ -127,6 +127,28 @@ def define_early_stop_flag(note: str = "") -> None:
     )
 
 
+def define_constrained_flag(note: str = "") -> None:
+    """``--constrained``: a parser decodes only well-formed trees (``DecodeOptions.tree``); see :func:`constrained`."""
+    flags.DEFINE_bool(
+        "constrained",
+        True,
+        "A parser's search writes only well-formed trees over the input words (docs/parsing.md#constrained-"
+        "decoding); --noconstrained decodes freely and repairs the outputs into trees." + note,
+    )
+
+
+def constrained(task) -> bool:
+    """``--constrained`` for a run directory of ``task``: refused with ``--model`` (fixed in the export) and for a
+    task that writes no trees."""
+    if not FLAGS["constrained"].present:
+        return True
+    if "model" in FLAGS and FLAGS.model:
+        raise app.UsageError("--constrained is fixed when exporting (tft-export); use --model_dir to choose it")
+    if task.tree is None:
+        raise app.UsageError(f"--constrained is a parser's: this model's task is {task.name}")
+    return FLAGS.constrained
+
+
 def define_batch_flags(batch_size: int = 64, what: str = "Sentences") -> None:
     """``--batch_size``: ``what`` per batch, ``batch_size`` by default."""
     flags.DEFINE_integer("batch_size", batch_size, f"{what} per batch.", lower_bound=1)

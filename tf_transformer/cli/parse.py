@@ -21,8 +21,10 @@ from tf_transformer.cli import run_main
 from tf_transformer.cli.flag_groups import (
     apply_thread_flags,
     check_model_flags,
+    constrained,
     decode_request,
     define_batch_flags,
+    define_constrained_flag,
     define_decoding_flags,
     define_model_flags,
     define_thread_flags,
@@ -37,6 +39,7 @@ define_model_flags(
 flags.DEFINE_bool("pretokenized", False, "Lines are Penn Treebank tokens separated by spaces already.")
 define_batch_flags(32)
 define_decoding_flags(("beam_size", "alpha"), " (--model_dir only; a parsing run's: 21 and 0.3)")
+define_constrained_flag(" --model_dir only; an export fixes its own.")
 define_thread_flags()
 
 
@@ -67,11 +70,15 @@ def main(argv):
     task = model_task(FLAGS.model, FLAGS.model_dir)
     if task.name != "parsing":
         raise app.UsageError(f"this model's task is {task.name}, not parsing: use tft-translate")
+    constrain = constrained(task)
     try:
         if FLAGS.model:
             translate = export_translate(FLAGS.model)
         else:
-            run = checkpoint_translate(FLAGS.model_dir, request)
+            from tf_transformer.decoding.decode_options import DecodeOptions
+
+            options = DecodeOptions.for_run(FLAGS.model_dir, constrained=constrain)
+            run = checkpoint_translate(FLAGS.model_dir, request, options)
             translate = lambda batch: [result[0] for result in run(batch)]  # noqa: E731  (the best of each)
     except (ValueError, FileNotFoundError) as error:
         raise app.UsageError(str(error)) from None

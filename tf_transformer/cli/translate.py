@@ -22,8 +22,10 @@ from tf_transformer.cli import run_main
 from tf_transformer.cli.flag_groups import (
     apply_thread_flags,
     check_model_flags,
+    constrained,
     decode_request,
     define_batch_flags,
+    define_constrained_flag,
     define_decoding_flags,
     define_early_stop_flag,
     define_model_flags,
@@ -69,6 +71,7 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_alias("streams", "batch_parts")  # the name of earlier versions
 define_early_stop_flag(" --model_dir only; an export fixes its own.")
+define_constrained_flag(" --model_dir only; an export fixes its own.")
 flags.DEFINE_integer(
     "workers",
     1,
@@ -104,6 +107,8 @@ def main(argv):
     def progress(done, total):
         print(f"\rtranslated {done}", end="", file=sys.stderr, flush=True)
 
+    task = model_task(FLAGS.model, FLAGS.model_dir)
+    constrain = constrained(task)
     try:
         if FLAGS.model:
             translate = export_translate(FLAGS.model, request, FLAGS.alignment)
@@ -113,11 +118,16 @@ def main(argv):
 
             checkpoint = resolve_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
             print(f"checkpoint: {checkpoint}", file=sys.stderr, flush=True)
-            options = DecodeOptions.for_run(FLAGS.model_dir, batch_parts=FLAGS.batch_parts, early_stop=FLAGS.early_stop)
+            options = DecodeOptions.for_run(
+                FLAGS.model_dir,
+                constrain,
+                batch_parts=FLAGS.batch_parts,
+                early_stop=FLAGS.early_stop,
+            )
             translate = checkpoint_translate(FLAGS.model_dir, request, options, checkpoint)
     except (ValueError, FileNotFoundError) as error:
         raise app.UsageError(str(error)) from None
-    translate = postprocessed(translate, model_task(FLAGS.model, FLAGS.model_dir).postprocess)  # a parser: trees
+    translate = postprocessed(translate, task.postprocess)  # a parser: trees
     lines = split_lines(sys.stdin.buffer, "<stdin>")  # the lines training and tft-evaluate would read
     if request.prefix:
         lines = with_prefixes(lines, FLAGS.target_prefix)

@@ -163,6 +163,8 @@ class BeamState(NamedTuple):
       done: ``bool[batch]``, the sentence's search has ended (:func:`sentence_done`): its hypotheses
         are final, and its continuations count as dead.
       cache: the decoder's cache, nested ``[batch * K, ...]`` tensors as ``step_fn`` keeps them.
+      constraint: each live hypothesis's state under a :class:`Constraint`, nested ``[batch, K, ...]``
+        tensors (``()`` without one).
     """
 
     step: Any
@@ -174,9 +176,40 @@ class BeamState(NamedTuple):
     ended: Any
     done: Any
     cache: Any
+    constraint: Any = ()
 
 
-def initial_state(batch, beam_size: int, length, cache) -> BeamState:
+class Constraint:
+    """Which tokens each hypothesis may write next (a parser's: those that keep its output a tree).
+
+    A search keeps one state per hypothesis (nested ``[batch, K, ...]`` tensors, ``K``
+    1 for a search without beams) that moves with its beam, and reads what the rules
+    need of each sentence from its ``inputs`` (nested ``[batch, ...]``, given with
+    :meth:`read_input`). Tokens not allowed score ``NEG_INF``; the others keep the
+    model's log-probabilities. The rules must leave every hypothesis a way to end
+    by its maximum length (EOS allowed there). Implemented by
+    :class:`~tf_transformer.tasks.parsing.constraint.TreeConstraint`.
+    """
+
+    def read_input(self, source_ids):
+        """What the rules read of each sentence (nested ``[batch, ...]``), from its source ids
+        ``int32[batch, src_len]`` (EOS-terminated, 0-padded)."""
+        raise NotImplementedError
+
+    def start(self, batch, beams: int, length):
+        """The state of every hypothesis before its first token (``length``: the longest output)."""
+        raise NotImplementedError
+
+    def allowed(self, state, inputs, step, max_lengths):
+        """``bool[batch, K, vocab]``: the tokens each hypothesis may write at ``step``."""
+        raise NotImplementedError
+
+    def advance(self, state, tokens):
+        """The state after each hypothesis wrote ``tokens`` ``int32[batch, K]`` (EOS, padding: unchanged)."""
+        raise NotImplementedError
+
+
+def initial_state(batch, beam_size: int, length, cache, constraint=()) -> BeamState:
     """Every sentence at BOS, with only its first beam alive and nothing finished."""
     k = beam_size
     live_ids = tf.concat(
@@ -192,6 +225,7 @@ def initial_state(batch, beam_size: int, length, cache) -> BeamState:
         ended=tf.zeros([batch], tf.int32),  # [batch]
         done=tf.zeros([batch], tf.bool),  # [batch]
         cache=cache,
+        constraint=constraint,
     )
 
 
@@ -255,14 +289,24 @@ def expand(state: BeamState, log_probs, min_length, max_lengths, length) -> _Can
     return _Candidates(top_log_probs, top_ids, top_beam, top_is_eos, dead)
 
 
-def keep_live(state: BeamState, candidates: _Candidates, beam_size: int, reorder_cache) -> BeamState:
-    """The K best candidates that did not just end become the live beams; the cache follows them."""
+def keep_live(
+    state: BeamState, candidates: _Candidates, beam_size: int, reorder_cache, constraint: Constraint | None = None
+) -> BeamState:
+    """The K best candidates that did not just end become the live beams; the cache (and the
+    ``constraint``'s state) follows them."""
     live_candidates = tf.where(candidates.ended | candidates.dead, NEG_INF, candidates.log_probs)  # [batch, 2K]
     live_log_probs, live_pick = tf.math.top_k(live_candidates, k=beam_size)  # [batch, K]
     live_ids = tf.gather(candidates.ids, live_pick, batch_dims=1)  # [batch, K, length + 1]
     source_beam = tf.gather(candidates.beam, live_pick, batch_dims=1)  # [batch, K]
+    constrained = state.constraint
+    if constraint is not None:
+        followed = tf.nest.map_structure(lambda x: tf.gather(x, source_beam, batch_dims=1), state.constraint)
+        constrained = constraint.advance(followed, live_ids[:, :, state.step + 1])  # [batch, K, ...]
     return state._replace(
-        live_ids=live_ids, live_log_probs=live_log_probs, cache=reorder_cache(state.cache, source_beam)
+        live_ids=live_ids,
+        live_log_probs=live_log_probs,
+        cache=reorder_cache(state.cache, source_beam),
+        constraint=constrained,
     )
 
 
@@ -318,12 +362,14 @@ class Sentences(NamedTuple):
       max_lengths: ``int32[batch]``, the most tokens (EOS counted) it may produce.
       best_possible_penalty: ``float32[batch]``, the length penalty at ``max_lengths``.
       forced_ids: ``int32[batch, prefix_len]``, its target prefix (0-padded), or ``()`` without prefixes.
+      constraint_inputs: what a :class:`Constraint` reads of it, nested ``[batch, ...]`` (``()``: none).
     """
 
     rows: Any
     max_lengths: Any
     best_possible_penalty: Any
     forced_ids: Any
+    constraint_inputs: Any = ()
 
 
 class Compaction(NamedTuple):
@@ -360,7 +406,7 @@ def compact(state: BeamState, sentences: Sentences, results, compaction: Compact
     k = state.live_log_probs.shape[1]
     keep = tf.cast(tf.where(~state.done)[:, 0], tf.int32)  # [n]
     leave = tf.cast(tf.where(state.done)[:, 0], tf.int32)  # [batch - n]
-    fields = state._replace(step=(), cache=())
+    fields = state._replace(step=(), cache=())  # [batch, ...] each
     ids, scores = best_hypotheses(
         take_sentences(fields, leave)._replace(step=state.step), k, alpha
     )  # [batch - n, K, ...]
@@ -385,6 +431,8 @@ def beam_search(
     forced_ids=None,
     early_stop: str = "finished",
     compaction: Compaction | None = None,
+    constraint: Constraint | None = None,
+    constraint_inputs=(),
 ):
     """Finds the ``beam_size`` best continuations of BOS for each batch row.
 
@@ -422,6 +470,8 @@ def beam_search(
         eighth, copied the cache more often for less: docs/design/decoding.md).
         Without it (and under XLA, which needs fixed shapes) every step computes
         every sentence until the last is done; the hypotheses are the same either way.
+      constraint: optional :class:`Constraint`: the tokens each hypothesis may write;
+        ``constraint_inputs`` (nested ``[batch, ...]``) is what it reads of each sentence.
 
     Returns:
       ``(ids int32[batch, beam, length], scores float32[batch, beam], steps)``:
@@ -445,14 +495,20 @@ def beam_search(
         max_lengths=max_lengths,
         best_possible_penalty=length_penalty(max_lengths, alpha),
         forced_ids=() if forced_ids is None else forced_ids,
+        constraint_inputs=constraint_inputs if constraint is not None else (),
     )
 
     def advance(state: BeamState, sentences: Sentences, log_probs) -> BeamState:
         """The state after step ``state.step``, from its ``log_probs`` ``[batch, K, vocab]``."""
         if forced_ids is not None:
             log_probs = force_prefix(log_probs, sentences.forced_ids, state.step)
+        if constraint is not None:
+            allowed = constraint.allowed(
+                state.constraint, sentences.constraint_inputs, state.step, sentences.max_lengths
+            )
+            log_probs = tf.where(allowed, log_probs, NEG_INF)  # [batch, K, vocab]
         candidates = expand(state, log_probs, min_length, sentences.max_lengths, length)
-        state = keep_finished(keep_live(state, candidates, k, reorder_cache), candidates, k, alpha)
+        state = keep_finished(keep_live(state, candidates, k, reorder_cache, constraint), candidates, k, alpha)
         state = state._replace(step=state.step + 1)
         done = sentence_done(state, early_stop, sentences.max_lengths, sentences.best_possible_penalty)
         return state._replace(done=done)
@@ -472,7 +528,9 @@ def beam_search(
 
         return tf.cond(worth_it, dropped, lambda: (state, sentences, results))
 
-    state = initial_state(batch, k, length, initial_cache)
+    state = initial_state(
+        batch, k, length, initial_cache, () if constraint is None else constraint.start(batch, k, length + 1)
+    )
     iterations = length
     if first_step_fn is not None:
         # Step 0 once per sentence; its row stands for every beam (only the first is alive).

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from configs.decoding import EARLY_STOPS, MODEL_SETTINGS, SETTINGS
+from configs.decoding import EARLY_STOPS, MODEL_SETTINGS, SETTINGS, TREE_LINEARIZATIONS
 
 # The beam sizes an export's options signature compiles in besides its own (:meth:`DecodeOptions.beam_sizes`):
 # the search builds its beam into its shapes, so a request picks one of a fixed set.
@@ -58,6 +58,10 @@ class DecodeOptions:
         ``"exact"`` once no live hypothesis can beat the K finished ones at any length
         (:func:`~tf_transformer.decoding.beam_search.sentence_done`; docs/design/decoding.md
         measures both).
+      tree: a parser's linearization (:data:`~configs.decoding.TREE_LINEARIZATIONS`) whose
+        well-formed trees over the input words every output must be: the search only
+        takes tokens that keep to one (section 6.3; docs/parsing.md#constrained-decoding).
+        ``None``: any sequence (translation, or a parser decoded unconstrained).
     """
 
     beam_size: int = SETTINGS["beam_size"].default
@@ -69,6 +73,7 @@ class DecodeOptions:
     max_source_length: int | None = None
     truncate_source: bool = False
     early_stop: str = EARLY_STOPS[0]
+    tree: str | None = None
 
     def __post_init__(self):
         # Only what a search cannot run without: an export or run directory of an earlier version may record
@@ -83,6 +88,8 @@ class DecodeOptions:
             raise ValueError(f"max_source_length must be at least 2 (a token and EOS), got {self.max_source_length}")
         if self.early_stop not in EARLY_STOPS:
             raise ValueError(f"early_stop must be one of {', '.join(EARLY_STOPS)}, got {self.early_stop!r}")
+        if self.tree is not None and self.tree not in TREE_LINEARIZATIONS:
+            raise ValueError(f"tree must be one of {', '.join(TREE_LINEARIZATIONS)} or None, got {self.tree!r}")
         if self.truncate_source and self.max_source_length is None:
             raise ValueError("truncate_source needs a max_source_length")
 
@@ -99,11 +106,18 @@ class DecodeOptions:
         return cls(**values)
 
     @classmethod
-    def for_run(cls, model_dir: str, **flags: Any) -> DecodeOptions:
-        """:meth:`from_config` with the config of the training run in ``model_dir``."""
-        from tf_transformer.run_dir import load_run
+    def for_run(cls, model_dir: str, constrained: bool = True, **flags: Any) -> DecodeOptions:
+        """:meth:`from_config` with the config of the training run in ``model_dir``.
 
-        config, _ = load_run(model_dir)
+        A parser's run decodes well-formed trees of its linearization (its task's
+        :attr:`~tf_transformer.tasks.Task.tree`) unless ``constrained`` is false.
+        """
+        from tf_transformer.run_dir import load_run
+        from tf_transformer.tasks import get_task
+
+        config, run = load_run(model_dir)
+        if constrained and flags.get("tree") is None:
+            flags["tree"] = get_task(run.get("task"), run.get("linearization")).tree
         return cls.from_config(config, **flags)
 
     def replace(self, **changes: Any) -> DecodeOptions:

@@ -27,6 +27,8 @@ def single_search(
     min_length=2,
     decoding=None,
     weights=None,
+    constraint=None,
+    constraint_inputs=(),
 ):
     """One output per row of ``inputs`` (``int32[batch, src_len]``, EOS-terminated, 0-padded), token by token.
 
@@ -43,6 +45,9 @@ def single_search(
       decoding: an :class:`~tf_transformer.decoding.incremental.IncrementalDecoder`
         of ``model`` to reuse (one is made by default).
       weights: the decoder's kernels laid out for decoding, if kept (``Translator.frozen_weights``).
+      constraint: optional :class:`~tf_transformer.decoding.beam_search.Constraint`: ``choose``
+        sees the tokens it does not allow at ``NEG_INF``; ``constraint_inputs`` is what it reads
+        of each row (nested ``[batch, ...]``).
 
     Returns:
       ``(ids int32[batch, out_len], log_probs float32[batch])``: ids without BOS,
@@ -62,43 +67,63 @@ def single_search(
     constants = decoding.constants(memory, weights, memory_mask)
     cache = decoding.empty_cache(batch, limit, memory.dtype, beam_size=1)
 
-    def next_token(logits, step, finished):
-        """Every row's token at ``step`` and its log-probability, from ``logits`` ``[batch, vocab]``."""
+    def next_token(logits, step, finished, rules):
+        """Every row's token at ``step``, its log-probability and the constraint's state after it,
+        from ``logits`` ``[batch, vocab]``."""
         log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)  # [batch, vocab]
         vocab = tf.range(tf.shape(log_probs)[-1])  # [vocab]
         banned = (vocab == PAD_ID) | (vocab == BOS_ID) | ((vocab == EOS_ID) & (step + 1 < min_length))
+        if constraint is not None:
+            banned = banned | ~constraint.allowed(rules, constraint_inputs, step, max_lengths)[:, 0]  # [batch, vocab]
         token = choose(tf.where(banned, NEG_INF, log_probs), step)  # [batch]
         token = tf.where(step + 1 >= max_lengths, EOS_ID, token)  # a row at its maximum length ends
         token = tf.where(finished, PAD_ID, token)  # [batch]
-        return token, tf.where(finished, 0.0, tf.gather(log_probs, token, batch_dims=1))  # [batch], [batch]
+        if constraint is not None:
+            rules = constraint.advance(rules, token[:, None])  # [batch, 1, ...]
+        return token, tf.where(finished, 0.0, tf.gather(log_probs, token, batch_dims=1)), rules
 
     def write(tokens, step, token):
         return tokens + tf.one_hot(step, limit, dtype=tf.int32)[None, :] * token[:, None]  # [batch, limit]
 
+    rules = () if constraint is None else constraint.start(batch, 1, limit + 1)  # [batch, 1, ...]
     logits, cache = decoding.first_step(tf.fill([batch], BOS_ID), cache, constants, memory_mask)  # [batch, vocab]
-    token, total = next_token(logits, 0, tf.zeros([batch], tf.bool))  # [batch], [batch]
+    token, total, rules = next_token(logits, 0, tf.zeros([batch], tf.bool), rules)  # [batch], [batch]
     tokens = write(tf.zeros([batch, limit], tf.int32), 0, token)  # [batch, limit]
 
-    def not_done(step, token, tokens, total, finished, cache):
+    def not_done(step, token, tokens, total, finished, cache, rules):
         return tf.logical_and(step < limit, tf.logical_not(tf.reduce_all(finished)))
 
-    def body(step, token, tokens, total, finished, cache):
+    def body(step, token, tokens, total, finished, cache, rules):
         logits, cache = decoding.step(token, cache, constants, memory_mask, step)  # [batch, vocab]
-        chosen, log_prob = next_token(logits, step, finished)
+        chosen, log_prob, rules_after = next_token(logits, step, finished, rules)
         chosen.set_shape(token.shape)  # the batch as known on entry (1 for one sentence traced alone)
         log_prob.set_shape(total.shape)
-        return step + 1, chosen, write(tokens, step, chosen), total + log_prob, finished | (chosen == EOS_ID), cache
+        tf.nest.map_structure(lambda after, before: after.set_shape(before.shape), rules_after, rules)
+        finished_now = finished | (chosen == EOS_ID)
+        return step + 1, chosen, write(tokens, step, chosen), total + log_prob, finished_now, cache, rules_after
 
-    _, _, tokens, total, _, _ = tf.while_loop(
-        not_done, body, (tf.constant(1), token, tokens, total, token == EOS_ID, cache), maximum_iterations=limit
+    _, _, tokens, total, _, _, _ = tf.while_loop(
+        not_done,
+        body,
+        (tf.constant(1), token, tokens, total, token == EOS_ID, cache, rules),
+        maximum_iterations=limit,
     )
     return tokens, total
 
 
 def greedy_search(
-    model, inputs, max_extra_length: int = 50, max_output_length: int | None = None, min_length=2, decoding=None
+    model,
+    inputs,
+    max_extra_length: int = 50,
+    max_output_length: int | None = None,
+    min_length=2,
+    decoding=None,
+    constraint=None,
 ):
     """Greedy translations of ``inputs``: :func:`single_search`'s ids, choosing the most probable token.
+
+    ``constraint``: optional, a :class:`~tf_transformer.decoding.beam_search.Constraint` with a
+    ``read_input(inputs)`` (a parser's :class:`~tf_transformer.tasks.parsing.constraint.TreeConstraint`).
 
     Returns ``int32[batch, out_len]`` ids without BOS, each ending in EOS and padded with 0.
     """
@@ -106,5 +131,16 @@ def greedy_search(
     def most_probable(log_probs, step):
         return tf.argmax(log_probs, axis=-1, output_type=tf.int32)  # [batch]
 
-    ids, _ = single_search(model, inputs, most_probable, max_extra_length, max_output_length, min_length, decoding)
+    inputs = tf.convert_to_tensor(inputs, tf.int32)
+    ids, _ = single_search(
+        model,
+        inputs,
+        most_probable,
+        max_extra_length,
+        max_output_length,
+        min_length,
+        decoding,
+        constraint=constraint,
+        constraint_inputs=() if constraint is None else constraint.read_input(inputs),
+    )
     return ids

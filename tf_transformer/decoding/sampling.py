@@ -64,13 +64,15 @@ def sample_search(
     min_length=2,
     decoding=None,
     weights=None,
+    constraint=None,
 ):
     """One sampled output per row of ``inputs`` (``int32[batch, src_len]``, EOS-terminated, 0-padded).
 
     ``seed``: an integer (or ``int32``/``int64`` scalar tensor); see the module
     for what it makes reproducible. ``temperature``, ``top_k``, ``top_p``: see
     :func:`filter_log_probs` (scalars or scalar tensors). Lengths as
-    :func:`~tf_transformer.decoding.greedy.single_search`, as are ``decoding`` and ``weights``.
+    :func:`~tf_transformer.decoding.greedy.single_search`, as are ``decoding``, ``weights`` and
+    ``constraint`` (draws among the tokens it allows).
 
     Returns ``(ids int32[batch, out_len], log_probs float32[batch])``: the
     outputs (EOS-terminated, 0-padded) and their log-probabilities under the
@@ -83,4 +85,16 @@ def sample_search(
         pair = tf.stack([seed, tf.cast(step, tf.int64)])  # [2]: one stream per step
         return tf.random.stateless_categorical(logits, 1, seed=pair, dtype=tf.int32)[:, 0]  # [batch]
 
-    return single_search(model, inputs, draw, max_extra_length, max_output_length, min_length, decoding, weights)
+    inputs = tf.convert_to_tensor(inputs, tf.int32)
+    return single_search(
+        model,
+        inputs,
+        draw,
+        max_extra_length,
+        max_output_length,
+        min_length,
+        decoding,
+        weights,
+        constraint=constraint,
+        constraint_inputs=() if constraint is None else constraint.read_input(inputs),
+    )

@@ -215,7 +215,7 @@ def export_run(
         dtype, reason = choose_cpu_precision("bfloat16")
         reason = f"auto: {reason}"
     model, config = restore_model(model_dir, checkpoint)
-    options = options or DecodeOptions.from_config(config)
+    options = options or DecodeOptions.for_run(model_dir)
     if options.max_source_length is None:
         options = options.replace(max_source_length=training_max_length(model_dir))
     longest = options.max_source_length + options.max_extra_length

@@ -223,7 +223,7 @@ def checkpoint_translate(
 
     request = request or DecodeRequest()
     model, config = restore_model(model_dir, checkpoint)
-    options = (options or DecodeOptions.from_config(config)).merged(request)
+    options = (options or DecodeOptions.for_run(model_dir)).merged(request)
     request.check(options, compiled_beams=False)
     translator = Translator(model, run_tokenizer(model_dir), options)
     if request.sampling is not None:

@@ -39,7 +39,8 @@ class Translator(tf.Module):
       model: the trained model.
       tokenizer: the shared SentencePiece tokenizer of the run.
       options: how to decode (:class:`~tf_transformer.decoding.decode_options.DecodeOptions`:
-        beam, α, length limits, batch parts, the longest source), fixed for the
+        beam, α, length limits, batch parts, the longest source, a parser's tree
+        constraint), fixed for the
         translator's life (default: the paper's); ``DecodeOptions.from_config`` fills
         in a run's defaults.
       freeze_weights: lay the decoder's kernels out for decoding once, now, and keep
@@ -61,6 +62,11 @@ class Translator(tf.Module):
         self.tokenizer = tokenizer
         self.options = options or DecodeOptions()
         self.decoding = IncrementalDecoder(model)
+        self.constraint = None
+        if self.options.tree is not None:
+            from tf_transformer.tasks.parsing.constraint import tree_constraint
+
+            self.constraint = tree_constraint(tokenizer, self.options.tree, model.vocab_size)
         self.frozen_weights = None
         if freeze_weights:
             self.frozen_weights = tf.Module(name="frozen_decoding_weights")
@@ -208,6 +214,8 @@ class Translator(tf.Module):
             forced_ids=prefix_ids,
             early_stop=self.options.early_stop,
             compaction=compaction,
+            constraint=self.constraint,
+            constraint_inputs=() if self.constraint is None else self.constraint.read_input(inputs),
         )
 
     def limit_source(self, inputs):
@@ -431,6 +439,7 @@ class Translator(tf.Module):
             min_length=options.min_length,
             decoding=self.decoding,
             weights=None if self.frozen_weights is None else self.frozen_weights.layers,
+            constraint=self.constraint,
         )
         return blank_empty_inputs(texts, {"translations": self.tokenizer.detokenize_target(ids), "scores": log_probs})
 

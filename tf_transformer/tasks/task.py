@@ -39,6 +39,7 @@ class Task:
     splits: Splits = Splits("train", "val")
     symbol_pattern: str | None = None  # target tokens held whole (pipelines.Tokenizer); None: targets are text
     decoding: dict = {}  # TransformerConfig fields the task decodes with (beam_size, alpha, max_extra_length)
+    tree: str | None = None  # a parser's linearization: its outputs are kept to well-formed trees (DecodeOptions)
 
     @property
     def target_symbols(self) -> bool:

@@ -19,21 +19,34 @@ from tf_transformer.constants import EOS_ID
 from tf_transformer.decoding import IncrementalDecoder, greedy_search
 
 
-def _greedy(model, max_extra_length: int):
+def tree_constraint(tokenizer, tree: str | None, vocab_size: int):
+    """A parser's :func:`~tf_transformer.tasks.parsing.constraint.tree_constraint` (``None`` for ``None``)."""
+    if tree is None:
+        return None
+    from tf_transformer.tasks.parsing.constraint import tree_constraint as of_tree
+
+    return of_tree(tokenizer, tree, vocab_size)
+
+
+def _greedy(model, max_extra_length: int, constraint=None):
     """``ids int32[batch, src_len] → int32[batch, out_len]`` by greedy search over the decoding cache."""
     decoding = IncrementalDecoder(model)
     return tf.function(
-        lambda ids: greedy_search(model, ids, max_extra_length=max_extra_length, decoding=decoding),
+        lambda ids: greedy_search(
+            model, ids, max_extra_length=max_extra_length, decoding=decoding, constraint=constraint
+        ),
         reduce_retracing=True,
     )
 
 
-def translate_fn(model, tokenizer, max_extra_length: int = 50, batch_tokens: int = 4096):
+def translate_fn(model, tokenizer, max_extra_length: int = 50, batch_tokens: int = 4096, tree: str | None = None):
     """A function translating a list of strings by greedy search (dev BLEU during training).
 
-    Greedy search over the decoding cache, so dev BLEU each epoch costs seconds.
+    Greedy search over the decoding cache, so dev BLEU each epoch costs seconds. ``tree``: a
+    parser's linearization, whose well-formed trees the outputs are kept to (as after training,
+    :class:`~tf_transformer.decoding.decode_options.DecodeOptions`' ``tree``).
     """
-    decode = _greedy(model, max_extra_length)
+    decode = _greedy(model, max_extra_length, tree_constraint(tokenizer, tree, model.vocab_size))
 
     def translate(sources: list[str]) -> list[str]:
         batches = list(pipelines.evaluation_dataset(sources, tokenizer, tokens_per_batch=batch_tokens))
@@ -44,14 +57,14 @@ def translate_fn(model, tokenizer, max_extra_length: int = 50, batch_tokens: int
     return translate
 
 
-def attention_fn(model, tokenizer, max_extra_length: int = 50):
+def attention_fn(model, tokenizer, max_extra_length: int = 50, tree: str | None = None):
     """A function from a list of strings to their :class:`~tf_transformer.attention_maps.AttentionMaps`.
 
     Each sentence is translated greedily, as dev BLEU is, then the model runs
     teacher-forced over its translation and keeps every layer's attention (the
     TensorBoard images of :class:`DevEvaluation`).
     """
-    decode = _greedy(model, max_extra_length)
+    decode = _greedy(model, max_extra_length, tree_constraint(tokenizer, tree, model.vocab_size))
     processor = tokenizer.python_processor()  # the pieces of the graph tokenizer's ids
 
     def maps(sources: list[str]) -> list[AttentionMaps]:

@@ -333,14 +333,17 @@ def run_callbacks(
     log_dir = os.path.join(place.work_dir, "logs")
     checkpointer = StepCheckpoint(state.manager, options.checkpoint_every, max(1, options.accumulate_steps))
     stop_requests = StopRequests(checkpointer, options.max_minutes, budget_start)
+    tree = place.task.tree  # a parser's dev outputs are kept to well-formed trees, as after training
     dev_evaluation = DevEvaluation(
         log_dir,
         task=place.task,
         dev_sources=dev_sources,
         dev_references=inputs.dev_references,
-        translate=translate_fn(model, tokenizer, config.max_extra_length) if dev_sources else None,
+        translate=translate_fn(model, tokenizer, config.max_extra_length, tree=tree) if dev_sources else None,
         # Images only where someone reads them: the chief's logs (the others' go to .worker-<i>).
-        attention=attention_fn(model, tokenizer, config.max_extra_length) if dev_sources and place.chief else None,
+        attention=attention_fn(model, tokenizer, config.max_extra_length, tree=tree)
+        if dev_sources and place.chief
+        else None,
         attention_images=options.attention_images,
     )
     best = state.best

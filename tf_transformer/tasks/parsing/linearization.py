@@ -44,9 +44,10 @@ import re
 
 from nltk import Tree
 
+from configs.decoding import TREE_LINEARIZATIONS
 from tf_transformer.tasks.parsing.treebank import is_preterminal
 
-SCHEMES = ("xx", "tags", "words")
+SCHEMES = TREE_LINEARIZATIONS
 DEFAULT_SCHEME = "words"  # chosen on dev: docs/parsing.md#where-it-stands
 PLACEHOLDER = "XX"
 SYMBOL_PATTERN = r"[()]\S+|XX"  # (NP )NP (NNP) XX: the symbols of every scheme

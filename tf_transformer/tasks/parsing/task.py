@@ -55,6 +55,7 @@ class Parsing(Task):
         self.linearization = linearization or DEFAULT_SCHEME
         if self.linearization not in SCHEMES:
             raise ValueError(f"--linearization must be one of {', '.join(SCHEMES)}, got {self.linearization!r}")
+        self.tree = self.linearization  # decoded as well-formed trees of it (constraint.TreeConstraint)
 
     def corpus(self, options, split: str) -> pipelines.ParallelText:
         return split_as_text(options.data, split, options.linearization)
