@@ -102,3 +102,24 @@ def test_a_tree_figure_shows_every_word_and_label_once_per_panel():
     texts = [sorted(text.get_text() for text in axis.texts) for axis in panels]
     assert texts[0] == sorted(["S", "NP", "DT", "NN", "VP", "VBD", ".", "The", "cat", "sat", "."])
     assert texts[1] == sorted(["S", "NP", "NP", "XX", "XX", "XX", "XX", "The", "cat", "sat", "."])
+
+
+def test_each_tree_deletes_punctuation_by_its_own_tags_as_evalb_does():
+    gold = "(S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .))"
+    # Tagged otherwise, the period is kept in the test tree only: EVALB's "Length unmatch", an error sentence.
+    result = score([T(gold), T(gold)], [T("(S (NP (DT The) (NN cat)) (VP (VBD sat) (NN .)))"), T(gold)])
+    assert (result.errors, result.sentences, result.gold, result.test, result.f1) == (1, 1, 3, 3, 100)
+    assert result.as_dict()["error_sentences"] == 1
+    # A word kept in the gold tree only, though both trees keep as many words: EVALB's "Words unmatch".
+    result = one("(S (NP (NN Yes)) (, ,) (NN no))", "(S (NP (NN Yes)) (NN ,) (. no))")
+    assert (result.errors, result.sentences) == (1, 0)
+    # Another deleted tag deletes the same word: scored, the tag counted wrong.
+    result = one(gold, "(S (NP (DT The) (NN cat)) (VP (VBD sat)) (, .))")
+    assert (result.errors, result.f1, result.words, result.correct_tags) == (0, 100, 3, 3)
+    result = one(gold, "(S (NP (DT The) (JJ cat)) (VP (VBD sat)) (. .))")
+    assert (result.words, result.correct_tags) == (3, 2)
+
+
+def test_a_test_tree_that_keeps_no_word_is_skipped():
+    result = one("(S (. .))", "(S (. .))")
+    assert (result.skipped, result.sentences, result.exact) == (1, 0, 0)

@@ -12,13 +12,14 @@ The rules, as ``evalb.c`` applies them with ``COLLINS.prm``:
   one, so duplicates (unary chains such as ``(S (VP …))`` over one span) count
   as often as they occur in both.
 
-Two differences, both because every sentence is scored here: EVALB skips a
-sentence whose words differ from the gold (a parser's output is repaired
-first, so they never differ), and it deletes a word by each tree's own tag,
-so a test tree tagging punctuation differently fails on length. Here the
-words to delete are the gold tree's, in both trees; where the tags agree
-(always for the ``xx`` placeholder, whose gold tags are put back) this is
-exactly EVALB's result.
+- each tree deletes words by its own tags: where the gold and test trees keep
+  different words (a test tree that tags punctuation otherwise: ``--linearization
+  tags``), the sentence is an error sentence, counted apart and not scored
+  (EVALB's "Length unmatch" and "Words unmatch"); a test tree that keeps no word
+  is skipped.
+
+A tree whose words differ from the gold's is refused rather than counted as an
+error: a parser's output is a tree over its input words (constrained, or repaired).
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ def brackets(tree: Tree, kept: list[bool]) -> collections.Counter:
     return found
 
 
+def _kept(values: list, kept: list[bool]) -> list:
+    return [value for value, keep in zip(values, kept, strict=True) if keep]
+
+
 def _percent(part: int, whole: int) -> float:
     return 100.0 * part / whole if whole else 0.0
 
@@ -81,6 +86,8 @@ class BracketScore:
     exact: int = 0
     correct_tags: int = 0
     words: int = 0
+    errors: int = 0  # sentences whose trees keep different words (own tags): not scored
+    skipped: int = 0  # sentences whose test tree keeps no word: not scored
 
     @property
     def precision(self) -> float:
@@ -105,12 +112,19 @@ class BracketScore:
 
     def add(self, gold: Tree, test: Tree) -> None:
         """Scores one sentence; ``test`` must be over the same words as ``gold``."""
-        gold_words, test_words = gold.leaves(), test.leaves()
-        if gold_words != test_words:
-            raise ValueError(f"the test tree's words differ from the gold's: {test_words} != {gold_words}")
-        tags = [tag for _, tag in gold.pos()]
-        kept = [tag not in DELETED_LABELS for tag in tags]
-        gold_brackets, test_brackets = brackets(gold, kept), brackets(test, kept)
+        words, test_words = gold.leaves(), test.leaves()
+        if words != test_words:
+            raise ValueError(f"the test tree's words differ from the gold's: {test_words} != {words}")
+        gold_tags, test_tags = [tag for _, tag in gold.pos()], [tag for _, tag in test.pos()]
+        gold_kept = [tag not in DELETED_LABELS for tag in gold_tags]
+        test_kept = [tag not in DELETED_LABELS for tag in test_tags]
+        if not any(test_kept):
+            self.skipped += 1
+            return
+        if gold_kept != test_kept and _kept(words, gold_kept) != _kept(words, test_kept):
+            self.errors += 1
+            return
+        gold_brackets, test_brackets = brackets(gold, gold_kept), brackets(test, test_kept)
         matched = sum((gold_brackets & test_brackets).values())
         gold_total, test_total = sum(gold_brackets.values()), sum(test_brackets.values())
         self.matched += matched
@@ -118,10 +132,9 @@ class BracketScore:
         self.test += test_total
         self.sentences += 1
         self.exact += gold_total == test_total == matched
-        for gold_tag, (_, test_tag), keep in zip(tags, test.pos(), kept, strict=True):
-            if keep:  # EVALB's tagging accuracy counts the words it keeps
-                self.words += 1
-                self.correct_tags += gold_tag == test_tag
+        for gold_tag, test_tag in zip(_kept(gold_tags, gold_kept), _kept(test_tags, test_kept), strict=True):
+            self.words += 1  # EVALB's tagging accuracy counts the words it keeps
+            self.correct_tags += EQUAL_LABELS.get(gold_tag, gold_tag) == EQUAL_LABELS.get(test_tag, test_tag)
 
     def as_dict(self) -> dict:
         return {
@@ -130,6 +143,8 @@ class BracketScore:
             "recall": round(self.recall, 2),
             "exact_match": round(self.exact_match, 2),
             "sentences": self.sentences,
+            "error_sentences": self.errors,
+            "skipped_sentences": self.skipped,
             "gold_brackets": self.gold,
             "test_brackets": self.test,
             "matched_brackets": self.matched,

@@ -99,9 +99,11 @@ class Parsing(Task):
         return " ".join(linearize(reference, self.linearization))
 
     def summary(self, result: dict) -> str:
+        unscored = result.get("error_sentences", 0) + result.get("skipped_sentences", 0)
         return (
             f"F1 {result['f1']:.2f}  precision {result['precision']:.2f}  recall {result['recall']:.2f}  "
             f"exact match {result['exact_match']:.2f}  well-formed before repair {result['well_formed']:.2f} %"
+            + (f"  error or skipped sentences (EVALB's) {unscored}" if unscored else "")
         )
 
     def postprocess(self, source: str, output: str) -> str:
