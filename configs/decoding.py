@@ -104,3 +104,6 @@ PARSING_DECODING = dict(beam_size=21, alpha=0.3, max_extra_length=300)
 # The ways a parser writes a tree as target symbols (section 6.3; docs/parsing.md#trees-as-sequences): the
 # linearizations whose well-formed trees a constrained search can keep to (``DecodeOptions.tree``).
 TREE_LINEARIZATIONS = ("xx", "tags", "words")
+# How a graph may split raw source text into words before SentencePiece: a parser's export takes raw English
+# text as the Penn Treebank tokenizes it (docs/parsing.md#raw-text).
+WORD_TOKENIZERS = ("penn",)

@@ -144,3 +144,23 @@ def test_a_run_directory_parses_constrained_unless_told_and_an_export_fixes_its_
     assert fixed.returncode != 0 and "--constrained is fixed when exporting" in fixed.stderr
     translation = run_command("tft-translate", "--model_dir", tiny_run, "--noconstrained", input="alpha\n")
     assert translation.returncode != 0 and "--constrained is a parser's" in translation.stderr
+
+
+def test_a_parser_export_takes_raw_text_and_words_split_already(parser):
+    """serving_default splits raw text as the Penn Treebank does, in the graph; translate_tokens takes the words
+    as they are (tokenized again, ``''`` would become ``````)."""
+    from tf_transformer.exporting.export_info import TOKENS_SIGNATURE, read_export_info
+    from tf_transformer.serving.servable import Servable
+    from tf_transformer.tasks.parsing.penn import penn_tokens
+
+    info = read_export_info(str(parser[1]))
+    assert info.options.word_tokenizer == "penn" and TOKENS_SIGNATURE in info.signatures
+    servable = Servable(str(parser[1]), 1)
+    raw = ['alpha said, "beta (gamma)."', "delta can't."]
+    answer = servable.run("serving_default", raw)
+    words = [penn_tokens(line).split() for line in raw]
+    assert [Tree.fromstring(tree.decode()).leaves() for tree in answer["trees"]] == words
+    split = servable.run(TOKENS_SIGNATURE, [" ".join(line) for line in words])
+    assert list(split["translations"]) == list(answer["translations"])
+    given = servable.run(TOKENS_SIGNATURE, ["alpha '' beta ."])
+    assert Tree.fromstring(given["trees"][0].decode()).leaves() == ["alpha", "''", "beta", "."]

@@ -97,7 +97,8 @@ def read_test_set(task, model: str | None, src: str | None, targets: str, target
             raise app.UsageError(f"--src is required: the source sentences, line-aligned with {targets_flag}")
         sources, references = task.read_test_set(src, targets)  # exists, UTF-8, aligned
         if model:  # every line within the export's maximum source length, or the line named
-            sources = list(checked_sources(sources, model, src or targets))
+            # A parser's sources are the words of trees: split already (its export's translate_tokens)
+            sources = list(checked_sources(sources, model, src or targets, task.word_tokenizer is not None))
     except DataError as error:
         raise app.UsageError(str(error)) from None
     return sources, references

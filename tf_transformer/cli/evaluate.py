@@ -68,7 +68,10 @@ def main(argv):
         print(f"\rtranslated {done}/{total}", end="", file=sys.stderr, flush=True)
 
     if FLAGS.model:
-        hypotheses = [text for text, _ in translate_lines(FLAGS.model, sources, FLAGS.batch_size, progress)]
+        tokenized = task.word_tokenizer is not None  # a parser's sources: the words of trees, split already
+        hypotheses = [
+            text for text, _ in translate_lines(FLAGS.model, sources, FLAGS.batch_size, progress, tokenized=tokenized)
+        ]
     else:
         from tf_transformer.decoding.decode_options import DecodeOptions
         from tf_transformer.run_dir import resolve_checkpoint

@@ -58,6 +58,14 @@ flags.DEFINE_alias("max_length", "max_output_length")  # the name of earlier ver
 define_early_stop_flag(" Fixed in the export.")
 define_constrained_flag(" Fixed in the export.")
 flags.DEFINE_enum(
+    "word_tokenizer",
+    None,
+    ["penn", "none"],
+    "How the export splits raw source text into words before its pieces: penn (a parser's default: the Penn "
+    "Treebank's tokenization in the graph, docs/parsing.md#raw-text; the export adds a translate_tokens "
+    "signature for text split already) or none (the text as it is; translation's only choice).",
+)
+flags.DEFINE_enum(
     "precision",
     None,
     ["auto", "float32", "bfloat16", "float16"],
@@ -121,6 +129,7 @@ SAVED_MODEL_FLAGS = (
     "max_output_length",
     "early_stop",
     "constrained",
+    "word_tokenizer",
     "precision",
     "batch_parts",
     "max_source_length",
@@ -158,9 +167,13 @@ def main(argv):
         checkpoint = resolve_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
         from tf_transformer.tasks import task_of_run
 
+        task = task_of_run(FLAGS.model_dir)
+        if FLAGS.word_tokenizer == "penn" and task.word_tokenizer is None:
+            raise app.UsageError(f"--word_tokenizer penn is a parser's: this run's task is {task.name}")
         options = DecodeOptions.for_run(
             FLAGS.model_dir,
-            constrained=constrained(task_of_run(FLAGS.model_dir)),
+            constrained=constrained(task),
+            word_tokenizer={None: task.word_tokenizer, "none": None}.get(FLAGS.word_tokenizer, FLAGS.word_tokenizer),
             max_output_length=FLAGS.max_output_length,
             early_stop=FLAGS.early_stop,
             batch_parts=FLAGS.batch_parts,

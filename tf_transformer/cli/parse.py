@@ -43,13 +43,6 @@ define_constrained_flag(" --model_dir only; an export fixes its own.")
 define_thread_flags()
 
 
-def penn_tokens(line: str) -> str:
-    """``line`` tokenized as the Penn Treebank is, tokens joined by spaces."""
-    from nltk.tokenize import TreebankWordTokenizer
-
-    return " ".join(TreebankWordTokenizer().tokenize(line, convert_parentheses=True))
-
-
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
@@ -65,6 +58,7 @@ def main(argv):
         translate_stream,
     )
     from tf_transformer.tasks.parsing.linearization import repair
+    from tf_transformer.tasks.parsing.penn import penn_tokens
     from tf_transformer.tasks.parsing.treebank import one_line
 
     task = model_task(FLAGS.model, FLAGS.model_dir)
@@ -73,7 +67,7 @@ def main(argv):
     constrain = constrained(task)
     try:
         if FLAGS.model:
-            translate = export_translate(FLAGS.model)
+            translate = export_translate(FLAGS.model, tokenized=True)  # split here, as --model_dir's are
         else:
             from tf_transformer.decoding.decode_options import DecodeOptions
 
@@ -85,7 +79,7 @@ def main(argv):
     lines = split_lines(sys.stdin.buffer, "<stdin>")
     sentences = (line.strip() if FLAGS.pretokenized else penn_tokens(line) for line in lines)
     if FLAGS.model:
-        sentences = checked_sources(sentences, FLAGS.model, "<stdin>")
+        sentences = checked_sources(sentences, FLAGS.model, "<stdin>", tokenized=True)
     parsed = repaired = 0
     try:
         paired = lambda batch: list(zip(batch, translate(batch), strict=True))  # noqa: E731

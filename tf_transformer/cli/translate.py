@@ -127,7 +127,13 @@ def main(argv):
             translate = checkpoint_translate(FLAGS.model_dir, request, options, checkpoint)
     except (ValueError, FileNotFoundError) as error:
         raise app.UsageError(str(error)) from None
-    translate = postprocessed(translate, task.postprocess)  # a parser: trees
+    split = None  # a parser's export splits raw lines into words: its trees are over those
+    if FLAGS.model:
+        from tf_transformer.exporting.export_info import read_export_info
+
+        recorded = read_export_info(FLAGS.model).options
+        split = None if recorded is None else recorded.word_tokenizer
+    translate = postprocessed(translate, lambda source, text: task.postprocess(source, text, split))  # trees
     lines = split_lines(sys.stdin.buffer, "<stdin>")  # the lines training and tft-evaluate would read
     if request.prefix:
         lines = with_prefixes(lines, FLAGS.target_prefix)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from configs.decoding import EARLY_STOPS, MODEL_SETTINGS, SETTINGS, TREE_LINEARIZATIONS
+from configs.decoding import EARLY_STOPS, MODEL_SETTINGS, SETTINGS, TREE_LINEARIZATIONS, WORD_TOKENIZERS
 
 # The beam sizes an export's options signature compiles in besides its own (:meth:`DecodeOptions.beam_sizes`):
 # the search builds its beam into its shapes, so a request picks one of a fixed set.
@@ -62,6 +62,10 @@ class DecodeOptions:
         well-formed trees over the input words every output must be: the search only
         takes tokens that keep to one (section 6.3; docs/parsing.md#constrained-decoding).
         ``None``: any sequence (translation, or a parser decoded unconstrained).
+      word_tokenizer: how a source string is split into words before its pieces
+        (:data:`~configs.decoding.WORD_TOKENIZERS`): ``"penn"``, the Penn Treebank's
+        tokenization of raw English (a parser's export, docs/parsing.md#raw-text);
+        ``None``: the string is taken as it is.
     """
 
     beam_size: int = SETTINGS["beam_size"].default
@@ -74,6 +78,7 @@ class DecodeOptions:
     truncate_source: bool = False
     early_stop: str = EARLY_STOPS[0]
     tree: str | None = None
+    word_tokenizer: str | None = None
 
     def __post_init__(self):
         # Only what a search cannot run without: an export or run directory of an earlier version may record
@@ -90,6 +95,10 @@ class DecodeOptions:
             raise ValueError(f"early_stop must be one of {', '.join(EARLY_STOPS)}, got {self.early_stop!r}")
         if self.tree is not None and self.tree not in TREE_LINEARIZATIONS:
             raise ValueError(f"tree must be one of {', '.join(TREE_LINEARIZATIONS)} or None, got {self.tree!r}")
+        if self.word_tokenizer is not None and self.word_tokenizer not in WORD_TOKENIZERS:
+            raise ValueError(
+                f"word_tokenizer must be one of {', '.join(WORD_TOKENIZERS)} or None, got {self.word_tokenizer!r}"
+            )
         if self.truncate_source and self.max_source_length is None:
             raise ValueError("truncate_source needs a max_source_length")
 

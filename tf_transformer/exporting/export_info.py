@@ -28,6 +28,12 @@ PADDED_AXES = {"ids": ("output",), "attention": ("output", "source")}
 # The signatures whose settings come with each request (``exporting.saved_model.request_time_endpoints``): besides
 # ``inputs`` they take more inputs, scalars among them, so a server runs each request alone.
 REQUEST_TIME_SIGNATURES = ("translate_with_options", "score", "sample")
+# An export whose options split raw text into words (``DecodeOptions.word_tokenizer``: a parser's) also
+# takes text split already, in this signature: ``serving_default`` without the word tokenizer.
+TOKENS_SIGNATURE = "translate_tokens"
+# The signatures whose sources are words split already, whatever the export's word tokenizer (``score``'s are the
+# words of the targets it scores).
+SPLIT_SIGNATURES = (TOKENS_SIGNATURE, "score")
 
 # Keys of EXPORT_INFO written by earlier versions → today's DecodeOptions fields.
 RENAMED_KEYS = {"extra_length": "max_extra_length", "max_length": "max_output_length", "streams": "batch_parts"}
@@ -112,22 +118,30 @@ class SourceLimit:
     a batch tool checks each sentence first, so that it can say which one it was
     and fail only that one. Counts tokens as the graph does: the stripped
     sentence's pieces, plus EOS. ``limit`` is ``None`` for exports that record
-    none (written before the limit existed) or that truncate.
+    none (written before the limit existed) or that truncate. ``tokenized``: the
+    text goes to :data:`TOKENS_SIGNATURE` (split into words already).
     """
 
-    def __init__(self, export_path: str):
+    def __init__(self, export_path: str, tokenized: bool = False):
         info = read_export_info(export_path)
         options = info.options
         vocabulary = os.path.join(export_path, "assets", "sp.model")
         self.pieces = SourcePieces.from_file(vocabulary) if os.path.exists(vocabulary) else None
         recorded = options is not None and not options.truncate_source and self.pieces is not None
         self.limit = options.max_source_length if recorded else None
+        self.word_tokenizer = None if options is None or tokenized else options.word_tokenizer
         self.vocab_size = info.source_vocab_size or (self.pieces.processor.get_piece_size() if self.pieces else None)
 
     def tokens(self, text: str) -> int:
         """Source tokens of ``text`` with EOS, as the graph counts them (``tf.strings.strip`` strips ASCII; a
-        leading language code is one piece: :mod:`tf_transformer.language_codes`)."""
-        return len(self.pieces.encode(text.strip(" \t\n\v\f\r"))) + 1
+        leading language code is one piece: :mod:`tf_transformer.language_codes`; a parser's raw text is
+        Penn-tokenized first)."""
+        text = text.strip(" \t\n\v\f\r")
+        if self.word_tokenizer == "penn":
+            from tf_transformer.tasks.parsing.penn import penn_tokens
+
+            text = penn_tokens(text)
+        return len(self.pieces.encode(text)) + 1
 
     def violation(self, text: str) -> str | None:
         """Why ``text`` is refused, or ``None``."""

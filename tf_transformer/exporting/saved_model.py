@@ -40,7 +40,12 @@ from tf_transformer.cpu import choose_cpu_precision
 from tf_transformer.decoding.decode_options import DecodeOptions
 from tf_transformer.decoding.precision import inference_copy
 from tf_transformer.decoding.request import DecodeRequest
-from tf_transformer.exporting.export_info import REQUEST_TIME_SIGNATURES, ExportInfo, write_export_info
+from tf_transformer.exporting.export_info import (
+    REQUEST_TIME_SIGNATURES,
+    TOKENS_SIGNATURE,
+    ExportInfo,
+    write_export_info,
+)
 from tf_transformer.files import replace_directory, staging_directory, write_failed
 from tf_transformer.inference.translator import Translator
 from tf_transformer.run_dir import load_run, restore_model, vocabulary_path
@@ -60,7 +65,8 @@ def export_info(
     return ExportInfo(
         signatures=("serving_default", "translate_ids")
         + (REQUEST_TIME_SIGNATURES if request_signatures and not ids_only else ())
-        + (("translate_with_alignment",) if alignment_layer is not None else ()),
+        + (("translate_with_alignment",) if alignment_layer is not None else ())
+        + ((TOKENS_SIGNATURE,) if translator.options.word_tokenizer and not ids_only else ()),
         serving_default="translate_ids" if ids_only else "translate",
         alignment_layer=alignment_layer,
         source_vocab_size=model.source_vocab_size or model.vocab_size,
@@ -155,6 +161,13 @@ def export_translator(
             )
             for name, (function, spec) in (request_time_endpoints(translator) if request_signatures else {}).items():
                 archive.add_endpoint(name, function, input_signature=spec)
+            if translator.options.word_tokenizer is not None:  # the words split already (a parser's gold words)
+                given = translator.with_options(word_tokenizer=None)
+                archive.add_endpoint(
+                    TOKENS_SIGNATURE,
+                    lambda inputs: given.translate(inputs),
+                    input_signature=[tf.TensorSpec([None], tf.string, name="inputs")],
+                )
             if alignment_layer is not None:
                 archive.add_endpoint(
                     "translate_with_alignment",
@@ -215,7 +228,7 @@ def export_run(
         dtype, reason = choose_cpu_precision("bfloat16")
         reason = f"auto: {reason}"
     model, config = restore_model(model_dir, checkpoint)
-    options = options or DecodeOptions.for_run(model_dir)
+    options = options or DecodeOptions.for_run(model_dir, word_tokenizer=task_of_run(model_dir).word_tokenizer)
     if options.max_source_length is None:
         options = options.replace(max_source_length=training_max_length(model_dir))
     longest = options.max_source_length + options.max_extra_length

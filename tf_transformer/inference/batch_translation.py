@@ -12,7 +12,7 @@ from tf_transformer.decoding.request import DecodeRequest
 
 
 def export_translate(
-    model_path: str, request: DecodeRequest | None = None, alignment: bool = False
+    model_path: str, request: DecodeRequest | None = None, alignment: bool = False, tokenized: bool = False
 ) -> Callable[[list], list]:
     """``translate(batch of lines) → [(translation, score), …]`` with the SavedModel at ``model_path``.
 
@@ -23,26 +23,34 @@ def export_translate(
     export's recorded options first: a ``RequestError`` (a ``ValueError``) names
     the setting. ``alignment``: ``(translation, score, "i-j …")`` from the export's
     ``translate_with_alignment`` signature (a ``ValueError`` if it has none).
+    ``tokenized``: the lines are split into words already; an export that splits raw
+    text (a parser's) then decodes them with its ``translate_tokens`` signature.
     """
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
-    from tf_transformer.exporting.export_info import read_export_info
+    from tf_transformer.exporting.export_info import TOKENS_SIGNATURE, read_export_info
 
     request = request or DecodeRequest()
     signatures = tf.saved_model.load(model_path).signatures
+    recorded = read_export_info(model_path).options or DecodeOptions()
+    splits = tokenized and recorded.word_tokenizer is not None
+    if splits and (alignment or not request.is_default()):
+        raise ValueError(
+            f"{model_path} splits raw text into words ({recorded.word_tokenizer}) in every signature but "
+            f"{TOKENS_SIGNATURE}, which takes no request options: send raw text, or decode with the run directory"
+        )
     if request.sampling is not None:
         name = "sample"
     elif not request.is_default():
         name = "translate_with_options"
     else:
-        name = "translate_with_alignment" if alignment else "serving_default"
+        name = "translate_with_alignment" if alignment else TOKENS_SIGNATURE if splits else "serving_default"
     if name not in signatures:
         raise ValueError(f"{model_path} has no {name} signature: export it again with this version's tft-export")
     serving = signatures[name]
     scalars = {}
-    if name != "serving_default" and name != "translate_with_alignment":
-        recorded = read_export_info(model_path).options or DecodeOptions()
+    if name not in ("serving_default", "translate_with_alignment", TOKENS_SIGNATURE):
         request.check(recorded)
         scalars = {key: tf.constant(value, SETTINGS[key].dtype) for key, value in request.values(recorded).items()}
 
@@ -102,7 +110,7 @@ def with_prefixes(lines: Iterable[str], path: str) -> Iterator[tuple[str, str]]:
             raise DataError(f"{path} has more lines than the input ({count}): one prefix per input line")
 
 
-def checked_sources(lines: Iterable[str], model_path: str, name: str) -> Iterator[str]:
+def checked_sources(lines: Iterable[str], model_path: str, name: str, tokenized: bool = False) -> Iterator[str]:
     """``lines``, each checked against the export's maximum source length as it is read.
 
     A line over it raises :class:`~pipelines.DataError` naming ``name`` and the
@@ -111,7 +119,7 @@ def checked_sources(lines: Iterable[str], model_path: str, name: str) -> Iterato
     from pipelines import DataError
     from tf_transformer.exporting.export_info import SourceLimit
 
-    limits = SourceLimit(model_path)
+    limits = SourceLimit(model_path, tokenized)
     for number, line in enumerate(lines, start=1):
         if (why := limits.violation(source_of(line))) is not None:
             raise DataError(f"{name}:{number}: {why}")
@@ -119,14 +127,16 @@ def checked_sources(lines: Iterable[str], model_path: str, name: str) -> Iterato
 
 
 def translate_lines(
-    model_path: str, lines: list[str], batch_size: int = 64, progress=None, workers: int = 1
+    model_path: str, lines: list[str], batch_size: int = 64, progress=None, workers: int = 1, tokenized: bool = False
 ) -> list[tuple[str, float]]:
     """Translations and scores of ``lines`` (in order) with the SavedModel at ``model_path``.
 
     ``workers``: batches decoded at once, each by its own call of the signature
     (as TF Serving runs concurrent requests); see :func:`_translate_batches`.
+    ``tokenized``: see :func:`export_translate`.
     """
-    return _translate_batches(lines, batch_size, export_translate(model_path), workers, progress)
+    translate = export_translate(model_path, tokenized=tokenized)
+    return _translate_batches(lines, batch_size, translate, workers, progress)
 
 
 def translate_stream(

@@ -259,9 +259,15 @@ class Translator(tf.Module):
         ids, scores, _ = self.search(self.limit_source(self.check_ids(tf.convert_to_tensor(inputs, tf.int32))))
         return {"ids": ids[:, 0], "scores": scores[:, 0]}
 
-    def encode_strings(self, texts):
-        """``string[batch]`` → ``int32[batch, len]`` ids ending in EOS, 0-padded."""
-        tokens = self.tokenizer.tokenize(tf.strings.strip(texts))  # [batch, (len)]
+    def encode_strings(self, texts, split: bool = True):
+        """``string[batch]`` → ``int32[batch, len]`` ids ending in EOS, 0-padded (split into words first
+        as the options' ``word_tokenizer`` says, unless not ``split``)."""
+        texts = tf.strings.strip(texts)
+        if split and self.options.word_tokenizer == "penn":
+            from tf_transformer.tasks.parsing.penn import penn_tokenize
+
+            texts = penn_tokenize(texts)
+        tokens = self.tokenizer.tokenize(texts)  # [batch, (len)]
         eos = tf.fill([tokens.nrows(), 1], tf.constant(EOS_ID, tf.int32))
         return tf.concat([tokens, eos], axis=1).to_tensor(default_value=PAD_ID)
 
@@ -352,7 +358,8 @@ class Translator(tf.Module):
         this model reads (a parser's: its linearization). The search's own best
         output scores what the search said it scored (up to float rounding).
         """
-        source_ids = self.limit_source(self.encode_strings(tf.convert_to_tensor(texts, tf.string)))
+        # The sources are the words of the targets, split already (a parser's gold trees).
+        source_ids = self.limit_source(self.encode_strings(tf.convert_to_tensor(texts, tf.string), split=False))
         target_ids = self._check_targets(self.encode_targets(tf.convert_to_tensor(targets, tf.string)), "target")
         return score_ids(self.model, source_ids, target_ids, self.options.alpha if alpha is None else alpha)
 

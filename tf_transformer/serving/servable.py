@@ -8,7 +8,13 @@ import numpy as np
 
 from tf_transformer.constants import EOS_ID, PAD_ID
 from tf_transformer.decoding.request import DecodeRequest, RequestError
-from tf_transformer.exporting.export_info import PADDED_AXES, REQUEST_TIME_SIGNATURES, SourceLimit, read_export_info
+from tf_transformer.exporting.export_info import (
+    PADDED_AXES,
+    REQUEST_TIME_SIGNATURES,
+    SPLIT_SIGNATURES,
+    SourceLimit,
+    read_export_info,
+)
 from tf_transformer.serving.requests import ClientError, PredictRequest
 from tf_transformer.tasks import get_task
 
@@ -43,6 +49,7 @@ class Servable:
         self.signatures = dict(self.loaded.signatures)
         self.input_kinds = {name: _input_kinds(function) for name, function in self.signatures.items()}
         self.limits = SourceLimit(path)
+        self.token_limits = SourceLimit(path, tokenized=True)  # SPLIT_SIGNATURES': the words split already
         self.info = read_export_info(path)
         self.task = get_task(self.info.task, self.info.linearization)
         self._metadata = _signature_defs(path)
@@ -61,8 +68,9 @@ class Servable:
                 raise ClientError(str(error)) from None
         limit, vocab_size = self.limits.limit, self.limits.vocab_size
         if self.input_kinds[request.signature] != "ids":  # strings, alone or with other inputs
+            limits = self.token_limits if request.signature in SPLIT_SIGNATURES else self.limits
             for index, text in enumerate(request.rows):
-                if (why := self.limits.violation(text)) is not None:
+                if (why := limits.violation(text)) is not None:
                     raise ClientError(f"input {index}: {why}")
             return
         for index, row in enumerate(request.rows):
@@ -98,8 +106,11 @@ class Servable:
         if not self.task.target_symbols or self.input_kinds[signature] == "ids" or "translations" not in outputs:
             return outputs
 
+        options = self.info.options
+        split = None if signature in SPLIT_SIGNATURES or options is None else options.word_tokenizer
+
         def tree(row: str, text: bytes) -> bytes:
-            return self.task.postprocess(row, text.decode("utf-8")).encode("utf-8") if row.strip() else b""
+            return self.task.postprocess(row, text.decode("utf-8"), split).encode("utf-8") if row.strip() else b""
 
         translations = outputs["translations"]  # [rows] or [rows, nbest]
         trees = [

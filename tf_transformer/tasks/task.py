@@ -40,6 +40,7 @@ class Task:
     symbol_pattern: str | None = None  # target tokens held whole (pipelines.Tokenizer); None: targets are text
     decoding: dict = {}  # TransformerConfig fields the task decodes with (beam_size, alpha, max_extra_length)
     tree: str | None = None  # a parser's linearization: its outputs are kept to well-formed trees (DecodeOptions)
+    word_tokenizer: str | None = None  # how an export splits raw source text into words (DecodeOptions)
 
     @property
     def target_symbols(self) -> bool:
@@ -79,8 +80,11 @@ class Task:
         """One line of :meth:`score`'s result for people."""
         return f"{self.metric} {result[self.metric]:.2f}"
 
-    def postprocess(self, source: str, output: str) -> str:
-        """An output as users read it (a parser's: a repaired tree over the source's words)."""
+    def postprocess(self, source: str, output: str, word_tokenizer: str | None = None) -> str:
+        """An output as users read it (a parser's: a tree over the source's words, repaired if need be).
+
+        ``word_tokenizer``: the one the graph split the raw ``source`` with (``DecodeOptions.word_tokenizer``).
+        """
         return output
 
     def score(self, sources: list[str], outputs: list[str], references: list, **options) -> dict:

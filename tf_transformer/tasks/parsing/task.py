@@ -37,6 +37,7 @@ from tf_transformer.tasks.parsing.linearization import (
     linearize,
     repair,
 )
+from tf_transformer.tasks.parsing.penn import penn_tokens
 from tf_transformer.tasks.task import Splits, Task
 
 FORMAT_VERSION = 1  # of the text files written from the trees
@@ -50,6 +51,7 @@ class Parsing(Task):
     splits = Splits("wsj_0001-wsj_0159", "wsj_0160-wsj_0179")
     symbol_pattern = SYMBOL_PATTERN
     decoding = PARSING_DECODING  # section 6.3's beam 21, α 0.3 and input + 300
+    word_tokenizer = "penn"  # an export takes raw English text (penn.penn_tokenize)
 
     def __init__(self, linearization: str | None = None):
         self.linearization = linearization or DEFAULT_SCHEME
@@ -106,8 +108,9 @@ class Parsing(Task):
             + (f"  error or skipped sentences (EVALB's) {unscored}" if unscored else "")
         )
 
-    def postprocess(self, source: str, output: str) -> str:
-        return treebank.one_line(repair(output.split(), source.split(), self.linearization)[0])
+    def postprocess(self, source: str, output: str, word_tokenizer: str | None = None) -> str:
+        words = penn_tokens(source) if word_tokenizer == "penn" else source
+        return treebank.one_line(repair(output.split(), words.split(), self.linearization)[0])
 
     def score(self, sources: list[str], outputs: list[str], references: list, **options) -> dict:
         if options:
