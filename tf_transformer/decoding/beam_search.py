@@ -185,10 +185,10 @@ class Constraint:
     A search keeps one state per hypothesis (nested ``[batch, K, ...]`` tensors, ``K``
     1 for a search without beams) that moves with its beam, and reads what the rules
     need of each sentence from its ``inputs`` (nested ``[batch, ...]``, given with
-    :meth:`read_input`). Tokens not allowed score ``NEG_INF``; the others keep the
-    model's log-probabilities. The rules must leave every hypothesis a way to end
-    by its maximum length (EOS allowed there). Implemented by
-    :class:`~tf_transformer.tasks.parsing.constraint.TreeConstraint`.
+    :meth:`read_input`). Tokens not allowed score ``NEG_INF`` (:meth:`constrain`).
+    The rules must leave every hypothesis a way to end by its maximum length (EOS
+    allowed there). Implemented by
+    :class:`~tf_transformer.decoding.tree_constraint.TreeConstraint`.
     """
 
     def read_input(self, source_ids):
@@ -200,8 +200,9 @@ class Constraint:
         """The state of every hypothesis before its first token (``length``: the longest output)."""
         raise NotImplementedError
 
-    def allowed(self, state, inputs, step, max_lengths):
-        """``bool[batch, K, vocab]``: the tokens each hypothesis may write at ``step``."""
+    def constrain(self, log_probs, state, inputs, step, max_lengths):
+        """The model's ``log_probs`` ``[batch, K, vocab]`` as the search scores what each hypothesis
+        may write at ``step``: ``NEG_INF`` for what it may not."""
         raise NotImplementedError
 
     def advance(self, state, tokens):
@@ -503,10 +504,9 @@ def beam_search(
         if forced_ids is not None:
             log_probs = force_prefix(log_probs, sentences.forced_ids, state.step)
         if constraint is not None:
-            allowed = constraint.allowed(
-                state.constraint, sentences.constraint_inputs, state.step, sentences.max_lengths
-            )
-            log_probs = tf.where(allowed, log_probs, NEG_INF)  # [batch, K, vocab]
+            log_probs = constraint.constrain(
+                log_probs, state.constraint, sentences.constraint_inputs, state.step, sentences.max_lengths
+            )  # [batch, K, vocab]
         candidates = expand(state, log_probs, min_length, sentences.max_lengths, length)
         state = keep_finished(keep_live(state, candidates, k, reorder_cache, constraint), candidates, k, alpha)
         state = state._replace(step=state.step + 1)

@@ -71,10 +71,10 @@ def single_search(
         """Every row's token at ``step``, its log-probability and the constraint's state after it,
         from ``logits`` ``[batch, vocab]``."""
         log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)  # [batch, vocab]
+        if constraint is not None:
+            log_probs = constraint.constrain(log_probs[:, None], rules, constraint_inputs, step, max_lengths)[:, 0]
         vocab = tf.range(tf.shape(log_probs)[-1])  # [vocab]
         banned = (vocab == PAD_ID) | (vocab == BOS_ID) | ((vocab == EOS_ID) & (step + 1 < min_length))
-        if constraint is not None:
-            banned = banned | ~constraint.allowed(rules, constraint_inputs, step, max_lengths)[:, 0]  # [batch, vocab]
         token = choose(tf.where(banned, NEG_INF, log_probs), step)  # [batch]
         token = tf.where(step + 1 >= max_lengths, EOS_ID, token)  # a row at its maximum length ends
         token = tf.where(finished, PAD_ID, token)  # [batch]
@@ -123,7 +123,7 @@ def greedy_search(
     """Greedy translations of ``inputs``: :func:`single_search`'s ids, choosing the most probable token.
 
     ``constraint``: optional, a :class:`~tf_transformer.decoding.beam_search.Constraint` with a
-    ``read_input(inputs)`` (a parser's :class:`~tf_transformer.tasks.parsing.constraint.TreeConstraint`).
+    ``read_input(inputs)`` (a parser's :class:`~tf_transformer.decoding.tree_constraint.TreeConstraint`).
 
     Returns ``int32[batch, out_len]`` ids without BOS, each ending in EOS and padded with 0.
     """

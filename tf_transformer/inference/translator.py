@@ -19,6 +19,7 @@ from tf_transformer.decoding.incremental import IncrementalDecoder
 from tf_transformer.decoding.request import DecodeRequest, Sampling
 from tf_transformer.decoding.sampling import sample_search
 from tf_transformer.decoding.scoring import score_ids
+from tf_transformer.decoding.tree_constraint import tree_constraint
 
 # The per-sentence entries of IncrementalDecoder.constants: the encoder-decoder keys and values.
 _MEMORY = ("memory_key", "memory_value")
@@ -62,11 +63,7 @@ class Translator(tf.Module):
         self.tokenizer = tokenizer
         self.options = options or DecodeOptions()
         self.decoding = IncrementalDecoder(model)
-        self.constraint = None
-        if self.options.tree is not None:
-            from tf_transformer.tasks.parsing.constraint import tree_constraint
-
-            self.constraint = tree_constraint(tokenizer, self.options.tree, model.vocab_size)
+        self.constraint = tree_constraint(tokenizer, self.options.tree, model.vocab_size)  # a parser's, or None
         self.frozen_weights = None
         if freeze_weights:
             self.frozen_weights = tf.Module(name="frozen_decoding_weights")

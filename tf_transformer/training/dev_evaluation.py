@@ -17,15 +17,7 @@ from tf_transformer.attention_figures import head_grid, png_bytes
 from tf_transformer.attention_maps import AttentionMaps, attention_maps, hypothesis_length, penultimate
 from tf_transformer.constants import EOS_ID
 from tf_transformer.decoding import IncrementalDecoder, greedy_search
-
-
-def tree_constraint(tokenizer, tree: str | None, vocab_size: int):
-    """A parser's :func:`~tf_transformer.tasks.parsing.constraint.tree_constraint` (``None`` for ``None``)."""
-    if tree is None:
-        return None
-    from tf_transformer.tasks.parsing.constraint import tree_constraint as of_tree
-
-    return of_tree(tokenizer, tree, vocab_size)
+from tf_transformer.decoding.tree_constraint import tree_constraint
 
 
 def _greedy(model, max_extra_length: int, constraint=None):

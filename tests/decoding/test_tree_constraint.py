@@ -1,4 +1,4 @@
-"""Decoding only well-formed trees over the input (tasks/parsing/constraint.py), on scripted models.
+"""Decoding only well-formed trees over the input (decoding/tree_constraint.py), on scripted models.
 
 A scripted decoder's logits depend on the step only, so the unconstrained output is known: a malformed one
 shows what the constraint changes, a valid one that it changes nothing.
@@ -13,7 +13,7 @@ from sentencepiece import sentencepiece_model_pb2
 from tf_transformer.constants import EOS_ID, PAD_ID
 from tf_transformer.decoding.beam_search import beam_search
 from tf_transformer.decoding.greedy import greedy_search
-from tf_transformer.tasks.parsing.constraint import TreeConstraint
+from tf_transformer.decoding.tree_constraint import TreeConstraint
 from tf_transformer.tasks.parsing.linearization import repair
 
 Piece = sentencepiece_model_pb2.ModelProto.SentencePiece
@@ -220,3 +220,15 @@ def test_a_tiny_parser_decodes_trees_over_its_words_in_every_path(tiny_parser):
     options = servable.run("translate_with_options", lines, {"target_prefix": [""] * len(lines)}, scalars)
     for rank in range(2):
         assert trees([row[rank].decode() for row in options["translations"]])
+
+
+def test_at_most_max_openings_constituents_open_in_a_row():
+    from tf_transformer.decoding.tree_constraint import MAX_OPENINGS
+
+    inputs = source("▁John ▁ran ▁fa st er ▁.")
+    table = script("(S (NP (VP (S (NP (VP ▁John )VP )NP )S )VP )NP )S")  # six openings wanted before the first word
+    for output in [greedy(inputs, table, "words")[0], *beam(inputs, table, "words", beam_size=4, nbest=4)[0][0]]:
+        assert is_tree_over(output, WORDS_OF, "words"), output
+        runs = "".join("(" if token.startswith("(") else " " for token in output.split()).split()
+        assert max(map(len, runs)) <= MAX_OPENINGS, output
+    assert greedy(inputs, table, "words")[0].startswith("(S (NP (VP John")

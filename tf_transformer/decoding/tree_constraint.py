@@ -5,7 +5,8 @@ brackets that do not match, a word skipped or misspelt. A parser's output should
 be a tree over exactly its input words by construction, and the decoder knows at
 each step what can come next (:mod:`~tf_transformer.tasks.parsing.linearization`):
 
-- an opening ``(X``, while words remain and the budget leaves room to close it;
+- an opening ``(X``, while words remain and the budget leaves room to close it,
+  and at most :data:`MAX_OPENINGS` in a row (without a word or closing between);
 - the closing of the innermost open constituent, only once it holds a word (the
   root's only once every word is placed, so there is one root);
 - under ``words``, the next input word's next piece (a word's later pieces are
@@ -16,8 +17,13 @@ each step what can come next (:mod:`~tf_transformer.tasks.parsing.linearization`
 Words go inside a constituent; an opening is allowed only while the output can
 still place the remaining words, close every bracket and end within the search's
 maximum length. So every hypothesis can always end, and every finished one is a
-tree over the input. The scores stay the model's log-probabilities of the tokens
-chosen (no renormalization over what is allowed).
+tree over the input.
+
+The scores stay the model's log-probabilities of the tokens chosen: nothing is
+renormalized, and a word's first piece is not given the mass of every word piece
+(the model's misspelt copies), which both scored lower on the tune split
+(docs/parsing.md#constrained-decoding). So where the model's own output is a tree
+over the input, the constrained search finds the same.
 
 The state of each hypothesis is explicit (:class:`TreeState`) and moves with its
 beam like the decoder's cache; each sentence's source pieces are read from the
@@ -34,10 +40,15 @@ import tensorflow as tf
 from sentencepiece import sentencepiece_model_pb2
 
 from tf_transformer.constants import EOS_ID, PAD_ID
-from tf_transformer.decoding.beam_search import Constraint
+from tf_transformer.decoding.beam_search import NEG_INF, Constraint
 from tf_transformer.tasks.parsing.linearization import SCHEMES, symbol_kind
 
 _USER_DEFINED = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+# The most constituents opened in a row, before a word or closing. Without a cap, a model that gives the input's
+# next word a low probability opens bracket after bracket, as far as the length budget allows. The treebank
+# sample opens up to 6 in a row (5 or more in 28 of its 48,000 runs, 4 in 367); 3 parsed the tune split best of
+# 2, 3, 4 and 6 (docs/parsing.md#constrained-decoding).
+MAX_OPENINGS = 3
 NO_TOKEN = -1  # an id no token has: "none allowed" in the comparisons below
 
 
@@ -48,6 +59,7 @@ class TreeState(NamedTuple):
       placed: ``int32[batch, K]``, the input units written so far (pieces under ``words``, else words).
       depth: ``int32[batch, K]``, the constituents open.
       filled: ``bool[batch, K]``, whether the innermost open constituent holds a word yet.
+      opened: ``int32[batch, K]``, the constituents opened since the last word or closing.
       closings: ``int32[batch, K, length]``, the id of each open constituent's closing symbol,
         outermost first (entries at ``depth`` and past: stale).
     """
@@ -55,6 +67,7 @@ class TreeState(NamedTuple):
     placed: tf.Tensor
     depth: tf.Tensor
     filled: tf.Tensor
+    opened: tf.Tensor
     closings: tf.Tensor
 
 
@@ -77,12 +90,14 @@ class TreeConstraint(Constraint):
       model_proto: the run's SentencePiece model (its user-defined pieces are the tree symbols).
       scheme: the linearization (``words``, ``xx`` or ``tags``).
       vocab_size: the model's output ids (tokens past the proto's pieces are never allowed).
+      max_openings: the most constituents opened in a row (``None``: no cap).
     """
 
-    def __init__(self, model_proto: bytes, scheme: str, vocab_size: int):
+    def __init__(self, model_proto: bytes, scheme: str, vocab_size: int, max_openings: int | None = MAX_OPENINGS):
         if scheme not in SCHEMES:
             raise ValueError(f"tree must be one of {', '.join(SCHEMES)}, got {scheme!r}")
         self.scheme = scheme
+        self.max_openings = max_openings
         model = sentencepiece_model_pb2.ModelProto.FromString(model_proto)
         pieces = [(piece.piece, piece.type) for piece in model.pieces][:vocab_size]
         ids = {piece: index for index, (piece, _) in enumerate(pieces)}
@@ -118,7 +133,13 @@ class TreeConstraint(Constraint):
     def start(self, batch, beams: int, length) -> TreeState:
         """Every hypothesis before its first token: nothing placed, nothing open."""
         zeros = tf.zeros([batch, beams], tf.int32)
-        return TreeState(zeros, zeros, tf.zeros([batch, beams], tf.bool), tf.zeros([batch, beams, length], tf.int32))
+        empty = tf.zeros([batch, beams], tf.bool)
+        return TreeState(zeros, zeros, empty, zeros, tf.zeros([batch, beams, length], tf.int32))
+
+    def constrain(self, log_probs, state: TreeState, sentences: TreeInput, step, max_lengths):
+        """``log_probs`` ``[batch, K, vocab]`` of the tokens each hypothesis may write at ``step``
+        (:meth:`allowed`), the others ``NEG_INF``."""
+        return tf.where(self.allowed(state, sentences, step, max_lengths), log_probs, NEG_INF)
 
     def allowed(self, state: TreeState, sentences: TreeInput, step, max_lengths):
         """``bool[batch, K, vocab]``: the tokens each hypothesis may write at ``step`` (the module's rules).
@@ -137,6 +158,8 @@ class TreeConstraint(Constraint):
             between_words = tf.ones_like(remaining, tf.bool)
         room = max_lengths[:, None] - (step + 1)  # [batch, K]: tokens after this one
         may_open = (remaining > 0) & between_words & (remaining + state.depth + 2 <= room)
+        if self.max_openings is not None:
+            may_open &= state.opened < self.max_openings
         may_close = (state.depth > 0) & state.filled & between_words & ((state.depth > 1) | (remaining <= 0))
         innermost = tf.gather(state.closings, tf.maximum(state.depth - 1, 0), batch_dims=2)  # [batch, K]
         may_place = (remaining > 0) & (state.depth > 0)
@@ -167,6 +190,7 @@ class TreeConstraint(Constraint):
             placed=state.placed + tf.cast(placed, tf.int32),
             depth=state.depth + tf.cast(opened, tf.int32) - tf.cast(closed, tf.int32),
             filled=tf.where(ended, state.filled, ~opened),  # a word or a closed child fills the constituent
+            opened=tf.where(ended, state.opened, tf.where(opened, state.opened + 1, 0)),
             closings=tf.where(level & opened[..., None], closing[..., None], state.closings),
         )
 
