@@ -232,3 +232,31 @@ def test_at_most_max_openings_constituents_open_in_a_row():
         runs = "".join("(" if token.startswith("(") else " " for token in output.split()).split()
         assert max(map(len, runs)) <= MAX_OPENINGS, output
     assert greedy(inputs, table, "words")[0].startswith("(S (NP (VP John")
+
+
+def test_a_source_without_words_ends_at_once_with_an_empty_output():
+    """No tree exists over no words: the search does not run its sentence to the maximum length."""
+    inputs = source("▁Mary ▁ran", "")
+    table = script("(S ▁Mary ▁ran )S")
+    assert greedy(inputs, table, "words") == ["(S Mary ran )S", ""]
+    constraint = TreeConstraint(proto(), "words", VOCAB)
+    decoding = ScriptedDecoding(table)
+
+    def step_fn(tokens, cache, step):
+        return tf.nn.log_softmax(decoding.logits(tf.shape(tokens)[0], step)), cache
+
+    steps = []
+    for rows in (inputs, inputs[:1]):
+        found, _, ran = beam_search(
+            step_fn,
+            {"rows": tf.zeros([len(rows) * 3])},
+            len(rows),
+            tf.constant([12] * len(rows)),
+            beam_size=3,
+            constraint=constraint,
+            constraint_inputs=constraint.read_input(tf.constant(rows)),
+        )
+        assert text(found.numpy()[0, 0]) == "(S Mary ran )S"
+        steps.append(int(ran))
+    assert text(found.numpy()[-1, 0]) == "" or len(found) == 1
+    assert steps[0] == steps[1]  # the sentence with words alone decides when the search stops

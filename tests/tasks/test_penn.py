@@ -14,6 +14,14 @@ EDGES = [
     "A colon: at the end:",
     "«Unicode» déjà vu — 12½ ’quoted’ and tabs\tand  spaces ",
     "",
+    # every kind of space reads as one, and the line is stripped first (a leading tab or an ideographic space
+    # before a quote)
+    "end.\xa0",
+    "wanna\xa0go",
+    "What?\u3000Yes.",
+    "x\x1cy",
+    '\t"Hi there.',
+    '\u3000"Hi," he said.\u2003',
 ]
 
 

@@ -241,7 +241,8 @@ def sentence_done(state: BeamState, early_stop: str, max_lengths, best_possible_
     With ``early_stop="finished"`` (:data:`EARLY_STOPS`) it also ends once K
     hypotheses ended among the K best continuations of their steps
     (``state.ended``). Where the bound comes first, going on could not have
-    changed its hypotheses, so it only saves steps.
+    changed its hypotheses, so it only saves steps. A sentence without a live
+    hypothesis (all ended, or a constraint allowed nothing) ends at once.
     """
     k = state.finished_flags.shape[1]
     best_live = state.live_log_probs[:, 0] / best_possible_penalty  # [batch]
@@ -249,7 +250,8 @@ def sentence_done(state: BeamState, early_stop: str, max_lengths, best_possible_
     settled = tf.logical_and(tf.reduce_all(state.finished_flags, axis=1), worst_finished >= best_live)  # [batch]
     if early_stop == "finished":
         settled = settled | (state.ended >= k)
-    return state.done | settled | (state.step >= max_lengths)
+    hopeless = state.live_log_probs[:, 0] <= NEG_INF / 2  # [batch]: no live hypothesis, nothing can change
+    return state.done | settled | hopeless | (state.step >= max_lengths)
 
 
 def still_searching(state: BeamState, length):

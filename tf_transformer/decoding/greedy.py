@@ -76,6 +76,8 @@ def single_search(
         vocab = tf.range(tf.shape(log_probs)[-1])  # [vocab]
         banned = (vocab == PAD_ID) | (vocab == BOS_ID) | ((vocab == EOS_ID) & (step + 1 < min_length))
         token = choose(tf.where(banned, NEG_INF, log_probs), step)  # [batch]
+        if constraint is not None:  # a row the constraint allows nothing (an empty source) ends
+            token = tf.where(tf.reduce_all(banned | (log_probs <= NEG_INF / 2), axis=-1), EOS_ID, token)
         token = tf.where(step + 1 >= max_lengths, EOS_ID, token)  # a row at its maximum length ends
         token = tf.where(finished, PAD_ID, token)  # [batch]
         if constraint is not None:

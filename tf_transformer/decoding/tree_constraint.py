@@ -12,7 +12,7 @@ each step what can come next (:mod:`~tf_transformer.tasks.parsing.linearization`
 - under ``words``, the next input word's next piece (a word's later pieces are
   forced: no bracket inside a word); under ``xx`` and ``tags``, any preterminal
   symbol while words remain;
-- EOS once every word is placed and every bracket closed.
+- EOS once every word is placed and every bracket closed (at once for a source without words).
 
 Words go inside a constituent; an opening is allowed only while the output can
 still place the remaining words, close every bracket and end within the search's
@@ -163,7 +163,7 @@ class TreeConstraint(Constraint):
         may_close = (state.depth > 0) & state.filled & between_words & ((state.depth > 1) | (remaining <= 0))
         innermost = tf.gather(state.closings, tf.maximum(state.depth - 1, 0), batch_dims=2)  # [batch, K]
         may_place = (remaining > 0) & (state.depth > 0)
-        may_end = (remaining <= 0) & (state.depth == 0) & (state.placed > 0)
+        may_end = (remaining <= 0) & (state.depth == 0) & ((state.placed > 0) | (sentences.units[:, None] == 0))
         singles = [tf.where(may_close, innermost, NO_TOKEN), tf.where(may_end, EOS_ID, NO_TOKEN)]
         if self.scheme == "words":
             singles.append(tf.where(may_place, next_piece, NO_TOKEN))

@@ -6,14 +6,24 @@ with ``convert_parentheses=True`` (what ``tft-parse`` runs on raw lines);
 :func:`penn_tokenize` applies the same substitutions, in the same order, with
 TensorFlow's regular-expression op, so a parser's export takes raw text and TF
 Serving needs no tokenizer of its own. RE2 has no lookahead: nltk's one
-(``wanna`` before a space) takes the space and puts it back. RE2's ``\\d``,
-``\\s`` and ``\\b`` are ASCII where Python's are Unicode, which the treebank's
-English does not tell apart (checked on the sample's sentences: tests/tasks/test_penn.py).
+(``wanna`` before a space) takes the space and puts it back. Every kind of
+space is read as an ASCII space first, on both paths (RE2's ``\\s`` is ASCII).
+RE2's ``\\d`` and ``\\b`` stay ASCII where Python's are Unicode: a contraction
+glued to a non-ASCII letter (``écannot``) is split in the graph only, which the
+treebank's English never shows (tests/tasks/test_penn.py checks the sample).
 """
 
 from __future__ import annotations
 
+import re
+
 import tensorflow as tf
+
+# Python's ``\s`` in text (str.isspace): what both tokenizers read as a space first (RE2's ``\s`` is ASCII only).
+_WHITESPACE = "\t\n\v\f\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_WHITESPACE_RE2 = (
+    r"[\t\n\v\f\r \x{1c}-\x{1f}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]"
+)
 
 # nltk 3.10's TreebankWordTokenizer.tokenize, step by step: (RE2 pattern, rewrite).
 _BEFORE_PADDING = [
@@ -58,15 +68,17 @@ _AFTER_PADDING = [
 
 
 def penn_tokens(line: str) -> str:
-    """``line`` tokenized as the Penn Treebank is (nltk), tokens joined by single spaces."""
+    """``line`` tokenized as the Penn Treebank is (nltk), tokens joined by single spaces; every kind of space
+    is read as an ASCII space and the line stripped first, as :func:`penn_tokenize` does."""
     from nltk.tokenize import TreebankWordTokenizer
 
+    line = re.sub(f"[{_WHITESPACE}]", " ", line).strip(" ")
     return " ".join(TreebankWordTokenizer().tokenize(line, convert_parentheses=True))
 
 
 def penn_tokenize(texts):
     """``string[batch]`` → the same, tokenized as :func:`penn_tokens` does, tokens joined by single spaces."""
-    texts = tf.convert_to_tensor(texts, tf.string)
+    texts = tf.strings.strip(tf.strings.regex_replace(tf.convert_to_tensor(texts, tf.string), _WHITESPACE_RE2, " "))
     for pattern, rewrite in _BEFORE_PADDING:
         texts = tf.strings.regex_replace(texts, pattern, rewrite)
     texts = " " + texts + " "
