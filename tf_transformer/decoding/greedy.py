@@ -28,7 +28,6 @@ def single_search(
     decoding=None,
     weights=None,
     constraint=None,
-    constraint_inputs=(),
 ):
     """One output per row of ``inputs`` (``int32[batch, src_len]``, EOS-terminated, 0-padded), token by token.
 
@@ -46,8 +45,8 @@ def single_search(
         of ``model`` to reuse (one is made by default).
       weights: the decoder's kernels laid out for decoding, if kept (``Translator.frozen_weights``).
       constraint: optional :class:`~tf_transformer.decoding.beam_search.Constraint`: ``choose``
-        sees the tokens it does not allow at ``NEG_INF``; ``constraint_inputs`` is what it reads
-        of each row (nested ``[batch, ...]``).
+        sees the tokens it does not allow at ``NEG_INF`` (what it reads of each row: its
+        ``read_input(inputs)``).
 
     Returns:
       ``(ids int32[batch, out_len], log_probs float32[batch])``: ids without BOS,
@@ -58,6 +57,7 @@ def single_search(
     decoding = decoding or IncrementalDecoder(model)
     inputs = tf.convert_to_tensor(inputs, tf.int32)
     batch = tf.shape(inputs)[0]
+    constraint_inputs = () if constraint is None else constraint.read_input(inputs)  # [batch, ...]
     max_lengths = tf.reduce_sum(tf.cast(inputs != PAD_ID, tf.int32), axis=1) + max_extra_length  # [batch]
     if max_output_length is not None:
         max_lengths = tf.minimum(max_lengths, max_output_length)
@@ -133,16 +133,7 @@ def greedy_search(
     def most_probable(log_probs, step):
         return tf.argmax(log_probs, axis=-1, output_type=tf.int32)  # [batch]
 
-    inputs = tf.convert_to_tensor(inputs, tf.int32)
     ids, _ = single_search(
-        model,
-        inputs,
-        most_probable,
-        max_extra_length,
-        max_output_length,
-        min_length,
-        decoding,
-        constraint=constraint,
-        constraint_inputs=() if constraint is None else constraint.read_input(inputs),
+        model, inputs, most_probable, max_extra_length, max_output_length, min_length, decoding, constraint=constraint
     )
     return ids

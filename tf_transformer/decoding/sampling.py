@@ -85,7 +85,6 @@ def sample_search(
         pair = tf.stack([seed, tf.cast(step, tf.int64)])  # [2]: one stream per step
         return tf.random.stateless_categorical(logits, 1, seed=pair, dtype=tf.int32)[:, 0]  # [batch]
 
-    inputs = tf.convert_to_tensor(inputs, tf.int32)
     return single_search(
         model,
         inputs,
@@ -96,5 +95,4 @@ def sample_search(
         decoding,
         weights,
         constraint=constraint,
-        constraint_inputs=() if constraint is None else constraint.read_input(inputs),
     )
