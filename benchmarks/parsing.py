@@ -4,7 +4,8 @@
 
 Trains the ``parsing_cpu`` preset (``--config``, ``--set``, ``--linearization``,
 ``--vocab_size``) on ``--train_files`` for at most ``--minutes`` of wall-clock
-time, vocabulary and data preparation included, scoring ``--tune_files`` (a
+time, vocabulary and data preparation included (or ``--train_steps`` updates,
+for comparisons that other work on the machine must not change), scoring ``--tune_files`` (a
 split carved from the treebank's training files) each epoch. Then it picks on
 the tune split how many of the last checkpoints to average, decoding with the
 paper's parsing settings (beam 21, α 0.3, outputs up to input + 300: the
@@ -43,6 +44,9 @@ flags.DEFINE_enum("linearization", None, ["xx", "tags", "words"], "Trees as targ
 flags.DEFINE_integer("vocab_size", None, "SentencePiece vocabulary of the words (default: the preset's).")
 flags.DEFINE_integer("tokens_per_batch", None, "Tokens per batch and side (default: the preset's).")
 flags.DEFINE_float("minutes", 40.0, "Wall-clock training budget, vocabulary and data preparation included.")
+flags.DEFINE_integer(
+    "train_steps", None, "Stop after this many updates as well (comparisons that contention must not change)."
+)
 flags.DEFINE_integer("checkpoint_every", 200, "Checkpoint interval in steps.")
 flags.DEFINE_list("average", ["1", "3", "5", "8"], "Numbers of last checkpoints to try averaging (chosen on dev).")
 flags.DEFINE_string("precision", "auto", "Training precision (auto: bfloat16 where the CPU computes in it).")
@@ -85,7 +89,7 @@ def main(argv):
         linearization=linearization,
         train_split=FLAGS.train_files,
         dev_split=FLAGS.tune_files,
-        train_steps=1_000_000,
+        train_steps=FLAGS.train_steps or 1_000_000,
         max_minutes=FLAGS.minutes - 0.5,  # the last epoch's validation and checkpoint fit in the rest
         checkpoint_every=FLAGS.checkpoint_every,
         keep_checkpoints=max(int(n) for n in FLAGS.average),
