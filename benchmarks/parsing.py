@@ -41,6 +41,7 @@ flags.DEFINE_bool("decode_only", False, "Decode the checkpoints of an existing -
 flags.DEFINE_string("config", "parsing_cpu", "Preset.")
 flags.DEFINE_multi_string("set", [], "Config overrides, e.g. --set dropout=0.2.")
 flags.DEFINE_enum("linearization", None, ["xx", "tags", "words"], "Trees as target symbols (default: the task's).")
+flags.DEFINE_enum("tree_loss", None, ["allowed", "full"], "A parser's loss (default: the task's).")
 flags.DEFINE_integer("vocab_size", None, "SentencePiece vocabulary of the words (default: the preset's).")
 flags.DEFINE_integer("tokens_per_batch", None, "Tokens per batch and side (default: the preset's).")
 flags.DEFINE_float("minutes", 40.0, "Wall-clock training budget, vocabulary and data preparation included.")
@@ -87,6 +88,7 @@ def main(argv):
         data=FLAGS.data,
         task="parsing",
         linearization=linearization,
+        tree_loss=FLAGS.tree_loss,
         train_split=FLAGS.train_files,
         dev_split=FLAGS.tune_files,
         train_steps=FLAGS.train_steps or 1_000_000,
@@ -151,6 +153,7 @@ def main(argv):
                 "config": config.name,
                 "overrides": FLAGS.set,
                 "linearization": linearization,
+                "tree_loss": FLAGS.tree_loss or get_task("parsing").tree_loss,
                 "vocab_size": FLAGS.vocab_size or config.vocab_size,
                 "beam_size": config.beam_size,
                 "alpha": config.alpha,

@@ -1,6 +1,6 @@
 """Model and training presets (``tiny``, ``small``, ``base``, ``big``, Table 3's rows) and run options."""
 
-from configs.run import PRECISIONS, STRATEGIES, RunOptions, renamed_options
+from configs.run import PRECISIONS, STRATEGIES, TREE_LOSSES, RunOptions, renamed_options
 from configs.transformer import PRESETS, TransformerConfig, get_config, parse_overrides, preset_names
 
 __all__ = [
@@ -8,6 +8,7 @@ __all__ = [
     "PRESETS",
     "STRATEGIES",
     "RunOptions",
+    "TREE_LOSSES",
     "TransformerConfig",
     "get_config",
     "parse_overrides",

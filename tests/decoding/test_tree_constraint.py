@@ -260,3 +260,41 @@ def test_a_source_without_words_ends_at_once_with_an_empty_output():
         steps.append(int(ran))
     assert text(found.numpy()[-1, 0]) == "" or len(found) == 1
     assert steps[0] == steps[1]  # the sentence with words alone decides when the search stops
+
+
+def stepwise_allowed(constraint: TreeConstraint, target: list[int]) -> np.ndarray:
+    """``bool[T, vocab]``: what the search allows after each prefix of ``target``, advanced one token at a time."""
+    words = [t for t in target if t not in (EOS_ID, PAD_ID) and PIECES[t] not in SYMBOLS]
+    if constraint.scheme != "words":
+        words = [ID["▁John"]] * sum(constraint.leaves[t] for t in target)  # one word per preterminal
+    sentences = constraint.read_input(tf.constant([words + [EOS_ID]], tf.int32))
+    state = constraint.start(1, 1, len(target) + 1)
+    rows = []
+    for step, token in enumerate(target):
+        rows.append(constraint.allowed(state, sentences, step, tf.constant([10_000]))[0, 0].numpy())
+        state = constraint.advance(state, tf.constant([[token]], tf.int32))
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize(
+    "scheme, targets",
+    [
+        (
+            "words",
+            [
+                "(S (NP ▁John )NP (VP ▁ran (NP ▁fa st er )NP )VP ▁. )S",
+                "(S (NP (NP (NP ▁Mary )NP )NP )NP (VP ▁ran )VP )S",  # a 4th opening in a row: over the cap
+            ],
+        ),
+        ("xx", ["(S (NP XX )NP (VP XX (NP XX XX )NP )VP )S", "(S XX XX )S"]),
+    ],
+)
+def test_the_allowed_set_along_a_target_is_what_the_search_allows_after_each_prefix(scheme, targets):
+    constraint = TreeConstraint(proto(), scheme, VOCAB)
+    rows = [ids(target) + [EOS_ID] for target in targets]
+    width = max(map(len, rows))
+    along = constraint.allowed_along(tf.constant([row + [PAD_ID] * (width - len(row)) for row in rows])).numpy()
+    for allowed, target in zip(along, rows, strict=True):  # [T, vocab] each
+        np.testing.assert_array_equal(allowed[: len(target)], stepwise_allowed(constraint, target))
+        refused = [t for t, token in enumerate(target) if not allowed[t, token]]
+        assert refused == ([3] if target[:4] == ids("(S (NP (NP (NP") else [])

@@ -94,6 +94,36 @@ def test_a_parsing_run_resumes_with_its_text_rewritten_and_refuses_another_linea
         )
 
 
+def test_a_parser_trained_over_allowed_tokens_records_it_and_resumes_only_with_it(tmp_path, text_cache):
+    from configs import get_config
+    from tf_transformer import run_dir
+    from tf_transformer.training.options import OptionError
+    from tf_transformer.training.resume import ResumeError
+    from tf_transformer.training.trainer import train
+
+    write_treebank(tmp_path / "mrg", files=2, trees=20)
+    options = tiny_options(
+        tmp_path / "mrg", task="parsing", linearization="words", train_split="wsj_0001-wsj_0002", tree_loss="allowed"
+    )
+    config = get_config("tiny", beam_size=3, alpha=0.3, max_extra_length=8)
+    run = str(tmp_path / "run")
+    first = train(config, dataclasses.replace(options, train_steps=2, checkpoint_every=2), run)
+    assert run_dir.load_run(run)[1]["tree_loss"] == "allowed"
+    full = train(config, dataclasses.replace(options, tree_loss="full", train_steps=2), str(tmp_path / "full"))
+    assert 0 < first["history"]["loss"][0] < full["history"]["loss"][0]  # same batches: forced tokens cost nothing
+    with pytest.raises(ResumeError, match=r"--tree_loss allowed → full"):
+        train(config, dataclasses.replace(options, tree_loss="full"), run)
+    assert train(config, options, run)["steps"] == 4
+    # A run written before the option trained over every token, and resumes so.
+    stored = json.loads((tmp_path / "full" / "config.json").read_text())
+    del stored["run"]["tree_loss"]
+    (tmp_path / "full" / "config.json").write_text(json.dumps(stored))
+    with pytest.raises(ResumeError, match=r"--tree_loss full → allowed"):
+        train(config, options, str(tmp_path / "full"))
+    with pytest.raises(OptionError, match="--tree_loss is for --task parsing"):
+        train(config, tiny_options(tmp_path / "mrg", tree_loss="allowed"), str(tmp_path / "translation"))
+
+
 def test_under_words_targets_mix_whole_symbols_and_word_pieces(tmp_path, text_cache):
     task, corpus, tokenizer = _parsing_vocabulary(tmp_path, "words")
     symbols = task.symbols(corpus)
@@ -129,7 +159,8 @@ def _parsing_vocabulary(tmp_path, linearization):
 
 
 @pytest.mark.slow
-def test_a_parsing_run_mirrored_over_two_devices_makes_the_one_device_updates(tmp_path, text_cache):
+@pytest.mark.parametrize("tree_loss", ["full", "allowed"])
+def test_a_parsing_run_mirrored_over_two_devices_makes_the_one_device_updates(tmp_path, text_cache, tree_loss):
     """The task changes the data, not the layouts: two replicas train a parser to the weights one device does."""
     import numpy as np
 
@@ -150,6 +181,7 @@ def test_a_parsing_run_mirrored_over_two_devices_makes_the_one_device_updates(tm
             dev_split=None,
             strategy=strategy,
             train_steps=4,
+            tree_loss=tree_loss,
         )
         assert train(config, options, str(tmp_path / strategy))["steps"] == 4
     one, mirrored = (tensors(tmp_path / name, latest_step(tmp_path / name)) for name in ("one_device", "mirrored"))

@@ -91,6 +91,45 @@ def test_label_smoothed_loss_matches_numpy_and_ignores_padding():
     np.testing.assert_allclose(np.asarray(tape.gradient(value, variable)), expected_gradient, atol=1e-6)
 
 
+class _AllowedLoss(LabelSmoothedCrossEntropy):
+    """The loss limited to a fixed ``allowed`` set (as ``TreeCrossEntropy`` is to the tree constraint's)."""
+
+    def __init__(self, eps, allowed):
+        super().__init__(eps)
+        self.set = tf.constant(allowed)
+
+    def allowed(self, labels):
+        return self.set
+
+
+def test_a_loss_over_allowed_tokens_is_the_softmax_and_smoothing_over_them_only():
+    logits = RNG.normal(size=(2, 4, 7)).astype("float32")
+    labels = np.array([[3, 5, 2, 0], [1, 4, 0, 0]], "int32")
+    allowed = RNG.random((2, 4, 7)) < 0.5
+    allowed[np.arange(2)[:, None], np.arange(4)[None, :], labels] = True
+    allowed[1, 1] = False
+    allowed[1, 1, 4] = True  # one token allowed: forced, no loss and no gradient
+    eps = 0.1
+    masked = np.where(allowed, logits.astype(np.float64), -np.inf)
+    log_probs = masked - np.log(np.exp(masked).sum(-1, keepdims=True))
+    target = allowed * (eps / allowed.sum(-1, keepdims=True))
+    target[np.arange(2)[:, None], np.arange(4)[None, :], labels] += 1 - eps
+    per_token = -(target * np.where(allowed, log_probs, 0.0)).sum(-1)
+    mask = labels != 0
+    assert per_token[1, 1] == pytest.approx(0.0, abs=1e-12)
+    variable = tf.Variable(logits)
+    with tf.GradientTape() as tape:
+        value = _AllowedLoss(eps, allowed)(labels, variable)
+    assert float(value) == pytest.approx(per_token[mask].mean(), rel=1e-5)
+    gradient = np.asarray(tape.gradient(value, variable))
+    expected_gradient = (np.exp(log_probs) - target) * mask[..., None] / mask.sum()
+    np.testing.assert_allclose(gradient, expected_gradient, atol=1e-6)
+    np.testing.assert_allclose(gradient[1, 1], 0.0, atol=1e-7)  # 1 − ε − (1 − ε), rounded
+    assert not gradient[~allowed].any()
+    every = _AllowedLoss(eps, np.ones_like(allowed))(labels, logits)
+    assert float(every) == pytest.approx(float(LabelSmoothedCrossEntropy(eps)(labels, logits)), rel=1e-6)
+
+
 def test_token_metrics():
     logits = RNG.normal(size=(2, 3, 5)).astype("float32")
     labels = np.array([[1, 2, 0], [4, 0, 0]], "int32")

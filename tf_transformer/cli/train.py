@@ -17,7 +17,7 @@ import sys
 
 from absl import app, flags, logging
 
-from configs import PRECISIONS, STRATEGIES, RunOptions, preset_names
+from configs import PRECISIONS, STRATEGIES, TREE_LOSSES, RunOptions, preset_names
 from tf_transformer.cli import run_main
 from tf_transformer.tasks import TASK_NAMES
 
@@ -55,6 +55,13 @@ flags.DEFINE_enum(
     "--task parsing: how a tree is written as target symbols: words (each preterminal written as its word; "
     "the default), xx (every POS tag as the placeholder XX, Vinyals et al. 2015) or tags (the POS tags kept, "
     "as tensor2tensor's WSJ problem); docs/parsing.md.",
+)
+flags.DEFINE_enum(
+    "tree_loss",
+    None,
+    list(TREE_LOSSES),
+    "--task parsing: allowed (the loss over the tokens constrained decoding allows at each position: none on "
+    "forced ones) or full (over every token); default: the task's (docs/parsing.md#training-as-it-decodes).",
 )
 flags.DEFINE_string("src", "en", "Source language code (file suffix).")
 flags.DEFINE_string("tgt", "de", "Target language code (file suffix).")
@@ -194,8 +201,9 @@ def main(argv):
 
     task = get_task(FLAGS.task)
     options = run_options(task)
-    if task.name != "parsing" and FLAGS.linearization:
-        raise app.UsageError(f"--linearization is for --task parsing, not --task {task.name}")
+    for name in ("linearization", "tree_loss"):
+        if task.name != "parsing" and FLAGS[name].value:
+            raise app.UsageError(f"--{name} is for --task parsing, not --task {task.name}")
     for data in FLAGS.data:
         if task.name == "parsing" and not os.path.isdir(data):
             raise app.UsageError(f"--data {data!r}: --task parsing reads a directory of treebank files")

@@ -148,6 +148,59 @@ class TreeConstraint(Constraint):
         opening needs room for the remaining units, a closing per open bracket, its
         own closing and EOS after it.
         """
+        innermost = tf.gather(state.closings, tf.maximum(state.depth - 1, 0), batch_dims=2)  # [batch, K]
+        return self._allowed(state, innermost, sentences, step, max_lengths)
+
+    def allowed_along(self, targets):
+        """``bool[batch, T, vocab]``: what the search would allow at each position of ``targets`` ``int32[batch, T]``.
+
+        Teacher forcing feeds the decoder the target's first ``t`` tokens, so
+        position ``t``'s state is the one the search reaches after writing them;
+        the input words are the target's own (under ``words`` its word pieces, the
+        source's pieces for a well-formed target). The states of all positions
+        are computed at once: counts by cumulative sums, the innermost open
+        constituent as the last opening before ``t`` one level above ``t``'s
+        depth (``[batch, T, T]`` comparisons). No length budget applies. Tokens
+        after EOS read as if the target ended there.
+        """
+        targets = tf.cast(targets, tf.int32)
+        opened = tf.gather(tf.constant(self.opens), targets)  # [batch, T]
+        closed = tf.gather(tf.constant(self.closes), targets)
+        ended = (targets == EOS_ID) | (targets == PAD_ID)
+        if self.scheme == "words":
+            units = ~opened & ~closed & ~ended  # [batch, T]: the target's word pieces
+        else:
+            units = tf.gather(tf.constant(self.leaves), targets)
+        steps = tf.cast(opened, tf.int32) - tf.cast(closed, tf.int32)  # [batch, T]
+        depth = tf.cumsum(steps, axis=1, exclusive=True)  # [batch, T]: open before position t
+        length = tf.shape(targets)[1]
+        positions = tf.range(length)  # [T]
+        before = positions[None, :, None] > positions[None, None, :]  # [1, T (t), T (s)]: s < t
+        # The innermost constituent open at t was opened at the last s < t that opened level depth[t] − 1.
+        opener = before & opened[:, None, :] & (depth[:, None, :] == depth[:, :, None] - 1)  # [batch, T, T]
+        last_opener = tf.reduce_max(tf.where(opener, positions, -1), axis=2)  # [batch, T]
+        opener_id = tf.gather(targets, tf.maximum(last_opener, 0), batch_dims=1)  # [batch, T]
+        innermost = tf.where(last_opener >= 0, tf.gather(tf.constant(self.closing_of), opener_id), NO_TOKEN)
+        # Openings in a row before t: back to the last s < t that was not an opening.
+        other = before & ~opened[:, None, :]  # [batch, T, T]
+        last_other = tf.reduce_max(tf.where(other, positions, -1), axis=2)  # [batch, T]
+        placed = tf.cumsum(tf.cast(units, tf.int32), axis=1, exclusive=True)  # [batch, T]
+        # The input: the target's units in order, padded to T (static shapes, for XLA too).
+        slot = units[:, None, :] & (placed[:, None, :] == positions[None, :, None])  # [batch, T (unit), T (s)]
+        pieces = tf.reduce_sum(tf.where(slot, targets[:, None, :], 0), axis=2)  # [batch, T]
+        state = TreeState(
+            placed=placed,
+            depth=depth,
+            filled=tf.pad(~opened[:, :-1], [[0, 0], [1, 0]]),  # a word or a closed child before t fills it
+            opened=positions[None, :] - 1 - last_other,
+            closings=None,  # read as ``innermost`` only
+        )
+        sentences = TreeInput(pieces, tf.reduce_sum(tf.cast(units, tf.int32), axis=1))
+        unbounded = tf.fill([tf.shape(targets)[0]], tf.int32.max // 2)  # [batch]: no length budget
+        return self._allowed(state, innermost, sentences, positions, unbounded)
+
+    def _allowed(self, state: TreeState, innermost, sentences: TreeInput, step, max_lengths):
+        """:meth:`allowed` given each hypothesis's ``innermost`` closing id ``int32[batch, K]``."""
         vocab = len(self.opens)
         remaining = sentences.units[:, None] - state.placed  # [batch, K]
         length = tf.shape(sentences.pieces)[1]
@@ -161,7 +214,6 @@ class TreeConstraint(Constraint):
         if self.max_openings is not None:
             may_open &= state.opened < self.max_openings
         may_close = (state.depth > 0) & state.filled & between_words & ((state.depth > 1) | (remaining <= 0))
-        innermost = tf.gather(state.closings, tf.maximum(state.depth - 1, 0), batch_dims=2)  # [batch, K]
         may_place = (remaining > 0) & (state.depth > 0)
         may_end = (remaining <= 0) & (state.depth == 0) & ((state.placed > 0) | (sentences.units[:, None] == 0))
         singles = [tf.where(may_close, innermost, NO_TOKEN), tf.where(may_end, EOS_ID, NO_TOKEN)]

@@ -36,7 +36,7 @@ def labels_and_mask(y_true, pad_id):
     return ops.where(keep, labels, 0), ops.cast(keep, "float32")
 
 
-def label_smoothed_nll(labels, logits, label_smoothing: float):
+def label_smoothed_nll(labels, logits, label_smoothing: float, allowed=None):
     """Per-token −Σ_j q_j log p_j with q = (1 − ε)·one_hot(label) + ε/V, ``[batch, len]`` float32.
 
     Written out as log Σ exp(z − m) − (1 − ε)·(z_label − m) − ε·(mean_j z_j − m), with
@@ -47,22 +47,33 @@ def label_smoothed_nll(labels, logits, label_smoothing: float):
     against a one-hot target, which also needs that ``[batch, len, vocab]`` target built
     (docs/design/training.md), and it shares its passes with the token perplexity (see
     ``token_statistics``). ``labels`` must lie in ``[0, vocab)``.
+
+    ``allowed`` ``bool[batch, len, vocab]`` (holding each label) limits p and q to
+    the tokens it allows: the softmax is over them and ε is spread over them, so a
+    position where one token is allowed costs nothing (:class:`TreeCrossEntropy`).
     """
     labels = ops.cast(labels, "int32")  # [batch, len]
 
     @tf.custom_gradient
     def smoothed(logits):  # [batch, len, vocab] float32
-        top, log_normalizer, picked, shifted, normalizer = token_statistics(labels, logits)
+        scored = logits if allowed is None else tf.where(allowed, logits, -float("inf"))
+        top, log_normalizer, picked, shifted, normalizer = token_statistics(labels, scored)
         loss = log_normalizer - (1.0 - label_smoothing) * (picked - top)  # [batch, len]
+        if allowed is None:
+            spread = 1.0 / tf.cast(tf.shape(logits)[-1], tf.float32)  # ε's share of each token
+            mean = tf.reduce_mean(logits, axis=-1)  # [batch, len]
+        else:
+            spread = tf.cast(allowed, tf.float32) / tf.reduce_sum(tf.cast(allowed, tf.float32), -1, keepdims=True)
+            mean = tf.reduce_sum(tf.where(allowed, logits, 0.0) * spread, axis=-1)  # over the allowed tokens
         if label_smoothing:
-            loss -= label_smoothing * (tf.reduce_mean(logits, axis=-1) - top)
+            loss -= label_smoothing * (mean - top)
         vocab = tf.shape(logits)[-1]
 
         def gradient(upstream):  # [batch, len]
             weight = upstream[..., None]  # [batch, len, 1]
             grad = shifted * (weight / normalizer)  # softmax · upstream, [batch, len, vocab]
             if label_smoothing:
-                grad -= (label_smoothing / tf.cast(vocab, tf.float32)) * weight
+                grad -= label_smoothing * spread * weight
             rows = tf.reshape(grad, [-1, vocab])  # [tokens, vocab]
             flat_labels = tf.reshape(labels, [-1])  # [tokens]
             positions = tf.stack([tf.range(tf.shape(flat_labels)[0]), flat_labels], axis=1)  # [tokens, 2]
@@ -121,9 +132,13 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         with tf.name_scope(self.name):
             return self.call(y_true, y_pred, sample_weight)
 
+    def allowed(self, labels):
+        """``bool[batch, len, vocab]``, the tokens the softmax is over at each position; ``None``: all of them."""
+        return None
+
     def call(self, y_true, y_pred, sample_weight=None):
         labels, mask = labels_and_mask(y_true, self.pad_id)  # [batch, len] each
-        nll = label_smoothed_nll(labels, y_pred, self.label_smoothing) * mask  # [batch, len]
+        nll = label_smoothed_nll(labels, y_pred, self.label_smoothing, self.allowed(labels)) * mask  # [batch, len]
         if sample_weight is not None:
             weights = ops.cast(ops.reshape(sample_weight, [-1, 1]), "float32")  # [batch, 1]
             return ops.sum(nll * weights) * float(self.accumulate_steps)
@@ -137,3 +152,29 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         config = super().get_config()
         config.update(label_smoothing=self.label_smoothing, pad_id=self.pad_id, accumulate_steps=self.accumulate_steps)
         return config
+
+
+class TreeCrossEntropy(LabelSmoothedCrossEntropy):
+    """A parser's loss over the tokens the tree constraint allows: training as constrained decoding decodes.
+
+    At each target position the softmax, and ε's share, are over what the search
+    would allow after the target's earlier tokens
+    (:meth:`~tf_transformer.decoding.tree_constraint.TreeConstraint.allowed_along`),
+    plus the label itself (a treebank tree may open more constituents in a row than
+    the search's cap). So a forced token (a word's later pieces, the one closing
+    a finished tree allows, EOS) costs nothing, and the model spends nothing on
+    what decoding never lets it choose. The loss is still divided by every target
+    token of the update. Not serialized with the model (a run's ``tree_loss`` rebuilds it).
+
+    Args:
+      constraint: the run's :class:`~tf_transformer.decoding.tree_constraint.TreeConstraint`.
+      The rest: :class:`LabelSmoothedCrossEntropy`'s.
+    """
+
+    def __init__(self, constraint, label_smoothing: float = 0.1, pad_id: int = PAD_ID, accumulate_steps: int = 1):
+        super().__init__(label_smoothing, pad_id, accumulate_steps, name="tree_cross_entropy")
+        self.constraint = constraint
+
+    def allowed(self, labels):
+        vocab = len(self.constraint.opens)
+        return self.constraint.allowed_along(labels) | tf.one_hot(labels, vocab, on_value=True, off_value=False)

@@ -28,6 +28,7 @@ from absl import logging
 import pipelines
 from configs import RunOptions, TransformerConfig
 from tf_transformer import run_dir
+from tf_transformer.decoding.tree_constraint import TreeConstraint, tree_constraint
 from tf_transformer.files import save_json
 from tf_transformer.model import build_transformer
 from tf_transformer.tasks import Task, get_task
@@ -37,7 +38,7 @@ from tf_transformer.training.callbacks import DataPosition, StepCheckpoint, Stop
 from tf_transformer.training.cluster import Cluster, differing_options
 from tf_transformer.training.dev_evaluation import DevEvaluation, attention_fn, translate_fn
 from tf_transformer.training.optimizers import micro_batches_done
-from tf_transformer.training.options import Resolved, config_differences
+from tf_transformer.training.options import OptionError, Resolved, config_differences
 from tf_transformer.training.progress import ProgressLogger, ThroughputMonitor
 from tf_transformer.training.recipe import compile_model
 
@@ -187,7 +188,10 @@ def prepare(
     """
     place = directory_and_options(config, resolved, model_dir, strategy, cluster)
     inputs = vocabulary_and_data(config, place, strategy.num_replicas_in_sync)
-    model = model_and_optimizer(inputs.config, place.options, strategy)
+    tree = place.task.tree if place.options.tree_loss == "allowed" else None
+    model = model_and_optimizer(
+        inputs.config, place.options, strategy, tree_constraint(inputs.tokenizer, tree, inputs.config.vocab_size)
+    )
     state = restore(model, place)
     callbacks = run_callbacks(place, inputs, model, state, budget_start)
     return PreparedRun(place, inputs, strategy, model, state, callbacks)
@@ -207,7 +211,11 @@ def directory_and_options(
     task = get_task(options.task, options.linearization)
     metric = check_options(options, task)  # before anything is written
     if task.name == "parsing":  # recorded as used, so a later change of the default cannot misread the run
-        options = dataclasses.replace(options, linearization=task.linearization)
+        options = dataclasses.replace(
+            options, linearization=task.linearization, tree_loss=options.tree_loss or task.tree_loss
+        )
+    elif options.tree_loss:
+        raise OptionError(f"--tree_loss is for --task parsing, not --task {task.name}")
     chief = cluster is None or cluster.is_chief
     work_dir = cluster.work_dir(model_dir) if cluster else model_dir
     if chief:
@@ -292,12 +300,18 @@ def _worker_vocabulary(config: TransformerConfig, place: RunPlace, replicas: int
     return config, place.task.tokenizer(run_dir.vocabulary_path(model_dir))
 
 
-def model_and_optimizer(config: TransformerConfig, options: RunOptions, strategy: tf.distribute.Strategy):
+def model_and_optimizer(
+    config: TransformerConfig,
+    options: RunOptions,
+    strategy: tf.distribute.Strategy,
+    tree: TreeConstraint | None = None,
+):
     """Step 3: the model, compiled with the paper's recipe and its optimizer's variables built, in the
-    strategy's scope (a checkpoint restores into them)."""
+    strategy's scope (a checkpoint restores into them). ``tree``: a parser's loss is over what it allows
+    (``--tree_loss allowed``)."""
     with strategy.scope():
         model = build_transformer(config)
-        compile_model(model, config, max(1, options.accumulate_steps), options.jit_compile)
+        compile_model(model, config, max(1, options.accumulate_steps), options.jit_compile, tree=tree)
         model.optimizer.build(model.trainable_variables)
     return model
 

@@ -52,6 +52,7 @@ class Parsing(Task):
     symbol_pattern = SYMBOL_PATTERN
     decoding = PARSING_DECODING  # section 6.3's beam 21, α 0.3 and input + 300
     word_tokenizer = "penn"  # an export takes raw English text (penn.penn_tokenize)
+    tree_loss = "full"  # docs/parsing.md#training-as-it-decodes
 
     def __init__(self, linearization: str | None = None):
         self.linearization = linearization or DEFAULT_SCHEME
