@@ -42,6 +42,7 @@ flags.DEFINE_string("config", "parsing_cpu", "Preset.")
 flags.DEFINE_multi_string("set", [], "Config overrides, e.g. --set dropout=0.2.")
 flags.DEFINE_enum("linearization", None, ["xx", "tags", "words"], "Trees as target symbols (default: the task's).")
 flags.DEFINE_enum("tree_loss", None, ["allowed", "full"], "A parser's loss (default: the task's).")
+flags.DEFINE_enum("closings", None, ["labeled", "bare"], "Closing brackets )NP or ) (default: the task's).")
 flags.DEFINE_integer("vocab_size", None, "SentencePiece vocabulary of the words (default: the preset's).")
 flags.DEFINE_integer("tokens_per_batch", None, "Tokens per batch and side (default: the preset's).")
 flags.DEFINE_float("minutes", 40.0, "Wall-clock training budget, vocabulary and data preparation included.")
@@ -89,6 +90,7 @@ def main(argv):
         task="parsing",
         linearization=linearization,
         tree_loss=FLAGS.tree_loss,
+        closings=FLAGS.closings,
         train_split=FLAGS.train_files,
         dev_split=FLAGS.tune_files,
         train_steps=FLAGS.train_steps or 1_000_000,
@@ -154,6 +156,7 @@ def main(argv):
                 "overrides": FLAGS.set,
                 "linearization": linearization,
                 "tree_loss": FLAGS.tree_loss or get_task("parsing").tree_loss,
+                "closings": get_task("parsing", closings=FLAGS.closings).closings,
                 "vocab_size": FLAGS.vocab_size or config.vocab_size,
                 "beam_size": config.beam_size,
                 "alpha": config.alpha,

@@ -8,6 +8,8 @@ STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker")
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 # A parser's loss: over the tokens the tree constraint allows at each position, or over the whole vocabulary.
 TREE_LOSSES = ("allowed", "full")
+# A parser's closing brackets: labelled as their opening, ``)NP`` (Vinyals et al.), or bare, ``)``.
+CLOSINGS = ("labeled", "bare")
 
 # Option names of earlier versions (config.json files they wrote) → today's. ``budget_start`` was a
 # process-local clock value, not an option of the run: it is no longer stored and is dropped on reading.
@@ -39,6 +41,7 @@ class RunOptions:
     task: str = "translation"  # tf_transformer.tasks: translation (6.1) or parsing (6.3)
     linearization: str | None = None  # parsing: how a tree is written as symbols ("xx" or "tags")
     tree_loss: str | None = None  # parsing: one of TREE_LOSSES (None: the task's)
+    closings: str | None = None  # parsing: one of CLOSINGS (None: the task's)
     src: str = "en"
     tgt: str = "de"
     train_split: str = "train"
@@ -69,8 +72,10 @@ class RunOptions:
     verbose: int | str = "auto"  # 0: no progress lines; anything else: one per epoch (and a minute)
 
     def __post_init__(self):
-        if self.tree_loss is not None and self.tree_loss not in TREE_LOSSES:
-            raise ValueError(f"--tree_loss must be one of {', '.join(TREE_LOSSES)}, got {self.tree_loss!r}")
+        for name, choices in (("tree_loss", TREE_LOSSES), ("closings", CLOSINGS)):
+            value = getattr(self, name)
+            if value is not None and value not in choices:
+                raise ValueError(f"--{name} must be one of {', '.join(choices)}, got {value!r}")
         weights = self.data_weights
         if weights is None:
             return

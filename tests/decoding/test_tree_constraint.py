@@ -298,3 +298,17 @@ def test_the_allowed_set_along_a_target_is_what_the_search_allows_after_each_pre
         np.testing.assert_array_equal(allowed[: len(target)], stepwise_allowed(constraint, target))
         refused = [t for t, token in enumerate(target) if not allowed[t, token]]
         assert refused == ([3] if target[:4] == ids("(S (NP (NP (NP") else [])
+
+
+def test_a_vocabulary_of_bare_closings_closes_every_constituent_with_one():
+    bare = ["(S", "(NP", "(VP", ")"]
+    model = sentencepiece_model_pb2.ModelProto()
+    for index, piece in enumerate(["<pad>", "<unk>", "<s>", "</s>", *bare, *WORDS]):
+        kind = Piece.CONTROL if index in (0, 2, 3) else Piece.UNKNOWN if index == 1 else Piece.NORMAL
+        model.pieces.add(piece=piece, score=0.0, type=Piece.USER_DEFINED if piece in bare else kind)
+    constraint = TreeConstraint(model.SerializeToString(), "words", 4 + len(bare) + len(WORDS))
+    assert list(np.flatnonzero(constraint.opens)) == [4, 5, 6] and set(constraint.closing_of[4:7]) == {7}
+    target = [4, 5, 8 + WORDS.index("▁John"), 7, 6, 8 + WORDS.index("▁ran"), 7, 7, EOS_ID]  # (S (NP John ) (VP ran ) )
+    allowed = constraint.allowed_along(tf.constant([target])).numpy()[0]
+    assert all(allowed[t, token] for t, token in enumerate(target))
+    assert not allowed[6, EOS_ID] and allowed[8, EOS_ID] and not allowed[8, 7]  # the root closes once, last

@@ -27,6 +27,17 @@ def test_a_linearized_tree_reads_back_without_repairs(scheme):
     assert tree == expected
 
 
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_bare_closings_read_back_as_the_labelled_ones_do(scheme):
+    bare = linearize(TREE, scheme, "bare")
+    assert [symbol for symbol in bare if symbol.startswith(")")] == [")"] * 4
+    assert repair(bare, TREE.leaves(), scheme) == repair(linearize(TREE, scheme), TREE.leaves(), scheme)
+    assert " ".join(linearize(TREE, "words", "bare")) == "(S (NP John ) (VP saw (NP a dog ) ) . )"
+    tree, repairs = repair("(S (NP John ) (VP saw ) a dog . ) )".split(), TREE.leaves(), "words")
+    assert one_line(tree) == "(S (NP (XX John)) (VP (XX saw)) (XX a) (XX dog) (XX .))"
+    assert (repairs.unmatched_closings, repairs.total) == (1, 1)
+
+
 def test_under_words_the_output_s_words_are_matched_to_the_input_s_by_content():
     tree, repairs = repair("(S (NP Jon )NP (VP saw (NP a dgo )NP )VP . )S".split(), TREE.leaves(), "words")
     assert tree.leaves() == TREE.leaves() and repairs.replaced_words == 2 and repairs.total == 2

@@ -124,6 +124,39 @@ def test_a_parser_trained_over_allowed_tokens_records_it_and_resumes_only_with_i
         train(config, tiny_options(tmp_path / "mrg", tree_loss="allowed"), str(tmp_path / "translation"))
 
 
+def test_a_parser_with_bare_closings_learns_them_decodes_trees_and_keeps_them_on_resume(tmp_path, text_cache):
+    from configs import get_config
+    from tf_transformer import run_dir
+    from tf_transformer.decoding.tree_constraint import BARE_CLOSING
+    from tf_transformer.tasks import run_tokenizer
+    from tf_transformer.training.resume import ResumeError
+    from tf_transformer.training.trainer import train
+
+    write_treebank(tmp_path / "mrg", files=2, trees=20)
+    options = tiny_options(
+        tmp_path / "mrg",
+        task="parsing",
+        linearization="words",
+        train_split="wsj_0001-wsj_0002",
+        dev_split="wsj_0002",
+        dev_bleu_sentences=5,  # dev F1: decoded under the tree constraint, as trees over the words
+        closings="bare",
+        train_steps=2,
+        checkpoint_every=2,
+    )
+    config = get_config("tiny", beam_size=3, alpha=0.3, max_extra_length=8)
+    run = str(tmp_path / "run")
+    summary = train(config, options, run)
+    assert run_dir.load_run(run)[1]["closings"] == "bare" and summary["dev_f1"] >= 0
+    tokenizer = run_tokenizer(run)
+    closing = tokenizer.python_processor().piece_to_id(BARE_CLOSING)
+    assert closing != 1 and tokenizer.tokenize_target(tf.constant(["(S ) )"])).to_list()[0][1:] == [closing] * 2
+    trees = "".join(path.read_text() for path in text_cache.rglob("words.trees"))
+    assert " ) " in trees and ")S" not in trees
+    with pytest.raises(ResumeError, match=r"--closings bare → labeled"):
+        train(config, dataclasses.replace(options, closings="labeled", train_steps=4), run)
+
+
 def test_under_words_targets_mix_whole_symbols_and_word_pieces(tmp_path, text_cache):
     task, corpus, tokenizer = _parsing_vocabulary(tmp_path, "words")
     symbols = task.symbols(corpus)

@@ -17,7 +17,7 @@ import sys
 
 from absl import app, flags, logging
 
-from configs import PRECISIONS, STRATEGIES, TREE_LOSSES, RunOptions, preset_names
+from configs import CLOSINGS, PRECISIONS, STRATEGIES, TREE_LOSSES, RunOptions, preset_names
 from tf_transformer.cli import run_main
 from tf_transformer.tasks import TASK_NAMES
 
@@ -62,6 +62,12 @@ flags.DEFINE_enum(
     list(TREE_LOSSES),
     "--task parsing: allowed (the loss over the tokens constrained decoding allows at each position: none on "
     "forced ones) or full (over every token); default: the task's (docs/parsing.md#training-as-it-decodes).",
+)
+flags.DEFINE_enum(
+    "closings",
+    None,
+    list(CLOSINGS),
+    "--task parsing: labeled (each closing bracket names its constituent, )NP; the default) or bare ()).",
 )
 flags.DEFINE_string("src", "en", "Source language code (file suffix).")
 flags.DEFINE_string("tgt", "de", "Target language code (file suffix).")
@@ -201,7 +207,7 @@ def main(argv):
 
     task = get_task(FLAGS.task)
     options = run_options(task)
-    for name in ("linearization", "tree_loss"):
+    for name in ("linearization", "closings", "tree_loss"):
         if task.name != "parsing" and FLAGS[name].value:
             raise app.UsageError(f"--{name} is for --task parsing, not --task {task.name}")
     for data in FLAGS.data:

@@ -7,8 +7,9 @@ each step what can come next (:mod:`~tf_transformer.tasks.parsing.linearization`
 
 - an opening ``(X``, while words remain and the budget leaves room to close it,
   and at most :data:`MAX_OPENINGS` in a row (without a word or closing between);
-- the closing of the innermost open constituent, only once it holds a word (the
-  root's only once every word is placed, so there is one root);
+- the closing of the innermost open constituent (its labelled closing, or the
+  bare ``)``), only once it holds a word (the root's only once every word is
+  placed, so there is one root);
 - under ``words``, the next input word's next piece (a word's later pieces are
   forced: no bracket inside a word); under ``xx`` and ``tags``, any preterminal
   symbol while words remain;
@@ -41,7 +42,7 @@ from sentencepiece import sentencepiece_model_pb2
 
 from tf_transformer.constants import EOS_ID, PAD_ID
 from tf_transformer.decoding.beam_search import NEG_INF, Constraint
-from tf_transformer.tasks.parsing.linearization import SCHEMES, symbol_kind
+from tf_transformer.tasks.parsing.linearization import BARE_CLOSING, SCHEMES, symbol_kind
 
 _USER_DEFINED = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
 # The most constituents opened in a row, before a word or closing. Without a cap, a model that gives the input's
@@ -111,9 +112,10 @@ class TreeConstraint(Constraint):
                 self.starts_word[index] = piece.startswith("▁")
                 continue
             role, label = symbol_kind(piece)
-            if role == "open" and f"){label}" in ids:
+            closing = f"){label}" if f"){label}" in ids else BARE_CLOSING  # labelled, or bare (--closings bare)
+            if role == "open" and closing in ids:
                 self.opens[index] = True
-                self.closing_of[index] = ids[f"){label}"]
+                self.closing_of[index] = ids[closing]
             self.closes[index] = role == "close"
             self.leaves[index] = role == "leaf" and scheme != "words"
         if not self.opens.any():

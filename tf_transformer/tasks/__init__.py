@@ -7,10 +7,11 @@ from tf_transformer.tasks.task import Splits, Task
 TASK_NAMES = ("translation", "parsing")
 
 
-def get_task(name: str | None, linearization: str | None = None) -> Task:
+def get_task(name: str | None, linearization: str | None = None, closings: str | None = None) -> Task:
     """The task ``name`` (``None``: translation, the task of runs written before tasks were recorded).
 
-    ``linearization``: a parser's (``--linearization``; ``None``: the default scheme, ``words``).
+    ``linearization``: a parser's (``--linearization``; ``None``: the default scheme, ``words``);
+    ``closings``: its closing brackets (``--closings``; ``None``: labelled).
     """
     name = name or "translation"
     if name == "translation":
@@ -20,7 +21,7 @@ def get_task(name: str | None, linearization: str | None = None) -> Task:
     if name == "parsing":
         from tf_transformer.tasks.parsing.task import Parsing
 
-        return Parsing(linearization)
+        return Parsing(linearization, closings)
     raise ValueError(f"Unknown task {name!r}; choose one of: {', '.join(TASK_NAMES)}")
 
 
@@ -29,7 +30,7 @@ def task_of_run(model_dir: str) -> Task:
     from tf_transformer.run_dir import load_run
 
     run = load_run(model_dir)[1]
-    return get_task(run.get("task"), run.get("linearization"))
+    return get_task(run.get("task"), run.get("linearization"), run.get("closings"))
 
 
 def run_tokenizer(model_dir: str):

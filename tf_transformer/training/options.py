@@ -98,12 +98,13 @@ def check(options: RunOptions, strategy: tf.distribute.Strategy) -> None:
 
 
 # Run options that decide which batch comes at which step, the learning rate of a step or what the loss
-# is over (a parser's ``tree_loss``): a resumed run must keep them. ``jit_compile`` pads batches to
+# is over (a parser's ``closings`` and ``tree_loss``): a resumed run must keep them. ``jit_compile`` pads batches to
 # bucket boundaries. (``train_steps``, ``epochs``, the checkpoint and logging cadence and the dev split
 # may change; the precision may change where the checkpoint keeps its shape: :func:`loss_scaled`.)
 STREAM_OPTIONS = (
     "task",
     "linearization",
+    "closings",
     "tree_loss",
     "data",
     "data_weights",
@@ -139,7 +140,9 @@ def effective(config: TransformerConfig, run: dict) -> dict:
     values["task"] = run.get("task") or "translation"  # runs written before tasks were recorded translate
     values["tokens_per_batch"] = run.get("tokens_per_batch") or config.tokens_per_batch
     values["max_train_length"] = run.get("max_train_length") or config.max_train_length
-    values["tree_loss"] = run.get("tree_loss") or ("full" if values["task"] == "parsing" else None)  # as before it
+    parser = values["task"] == "parsing"  # runs written before these options trained so:
+    values["tree_loss"] = run.get("tree_loss") or ("full" if parser else None)
+    values["closings"] = run.get("closings") or ("labeled" if parser else None)
     data = values.get("data")
     if data:  # one corpus (a string), or several (a list in config.json, a tuple in RunOptions)
         real = [source if source.startswith("tfds:") else os.path.realpath(source) for source in _listed(data)]

@@ -88,7 +88,7 @@ def check_unchanged(model_dir: str, config: TransformerConfig, run: dict, corpus
         name
         for name in STREAM_OPTIONS
         if (name in stored_run and not (name == "jit_compile" and stored_run[name] is None))
-        or name in ("tokens_per_batch", "max_train_length", "tree_loss")
+        or name in ("tokens_per_batch", "max_train_length", "closings", "tree_loss")
     ]
     changed = [
         _change(name, old, new)

@@ -208,14 +208,18 @@ def directory_and_options(
     against ``config``), and whether the run resumes or starts from another (``--init_from``)."""
     resolved = resume.keep_run_defaults(model_dir, resolved, strategy)  # resumed: auto precision is the run's own
     options = resolved.options
-    task = get_task(options.task, options.linearization)
+    task = get_task(options.task, options.linearization, options.closings)
     metric = check_options(options, task)  # before anything is written
     if task.name == "parsing":  # recorded as used, so a later change of the default cannot misread the run
         options = dataclasses.replace(
-            options, linearization=task.linearization, tree_loss=options.tree_loss or task.tree_loss
+            options,
+            linearization=task.linearization,
+            closings=task.closings,
+            tree_loss=options.tree_loss or task.tree_loss,
         )
-    elif options.tree_loss:
-        raise OptionError(f"--tree_loss is for --task parsing, not --task {task.name}")
+    for name in ("closings", "tree_loss"):
+        if task.name != "parsing" and getattr(options, name):
+            raise OptionError(f"--{name} is for --task parsing, not --task {task.name}")
     chief = cluster is None or cluster.is_chief
     work_dir = cluster.work_dir(model_dir) if cluster else model_dir
     if chief:

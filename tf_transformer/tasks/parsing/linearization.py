@@ -18,7 +18,10 @@ preterminal:
   placeholders.
 
 ``(S (NP (NNP John)) (VP (VBD ran)) (. .))`` is ``(S (NP XX )NP (VP XX )VP XX )S``
-under ``xx`` and ``(S (NP John )NP (VP ran )VP . )S`` under ``words``. Whatever
+under ``xx`` and ``(S (NP John )NP (VP ran )VP . )S`` under ``words``. With bare
+closings (``--closings bare``) every constituent closes with ``)``: ``(S (NP John ) (VP
+ran ) . )``; a closing's label says nothing a tree needs, but it tells the
+decoder which constituent it has just closed. Whatever
 the scheme, a parse's words are the source's, put back in order by
 :func:`repair`: under ``words`` the output's own words only count leaves.
 
@@ -29,7 +32,7 @@ bracket (``-LRB-``), so none is taken for a symbol; a word spelled ``XX`` would 
 
 A decoded sequence need not be a tree. :func:`repair` makes it one over
 exactly the input words and counts each repair: a closing whose label is
-open elsewhere closes what lies between, a closing of nothing open is
+open elsewhere closes what lies between (a bare one the innermost), a closing of nothing open is
 dropped, a preterminal beyond the last word is dropped, missing words are
 attached to the top constituent, brackets still open at the end are closed,
 several top constituents (or none) are put under one ``S``.
@@ -45,12 +48,16 @@ import re
 from nltk import Tree
 
 from configs.decoding import TREE_LINEARIZATIONS
+from configs.run import CLOSINGS as RUN_CLOSINGS
 from tf_transformer.tasks.parsing.treebank import is_preterminal
 
 SCHEMES = TREE_LINEARIZATIONS
 DEFAULT_SCHEME = "words"  # chosen on dev: docs/parsing.md#where-it-stands
+CLOSINGS = RUN_CLOSINGS
+DEFAULT_CLOSINGS = "labeled"  # docs/parsing.md#training-as-it-decodes
+BARE_CLOSING = ")"
 PLACEHOLDER = "XX"
-SYMBOL_PATTERN = r"[()]\S+|XX"  # (NP )NP (NNP) XX: the symbols of every scheme
+SYMBOL_PATTERN = r"[()]\S+|\)|XX"  # (NP )NP ) (NNP) XX: the symbols of every scheme
 TOP_LABEL = "S"  # the label given to a root the repair has to add (the commonest sentence root in WSJ)
 
 
@@ -58,10 +65,12 @@ def leaf_symbol(tag: str, word: str, scheme: str) -> str:
     return {"xx": PLACEHOLDER, "tags": f"({tag})", "words": word}[scheme]
 
 
-def linearize(tree: Tree, scheme: str = "xx") -> list[str]:
+def linearize(tree: Tree, scheme: str = "xx", closings: str = DEFAULT_CLOSINGS) -> list[str]:
     """The target symbols of ``tree`` (see the module)."""
     if scheme not in SCHEMES:
         raise ValueError(f"linearization must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    if closings not in CLOSINGS:
+        raise ValueError(f"closings must be one of {', '.join(CLOSINGS)}, got {closings!r}")
     symbols: list[str] = []
 
     def walk(node: Tree) -> None:
@@ -71,16 +80,19 @@ def linearize(tree: Tree, scheme: str = "xx") -> list[str]:
         symbols.append(f"({node.label()}")
         for child in node:
             walk(child)
-        symbols.append(f"){node.label()}")
+        symbols.append(f"){node.label()}" if closings == DEFAULT_CLOSINGS else BARE_CLOSING)
 
     walk(tree)
     return symbols
 
 
 def symbol_kind(symbol: str) -> tuple[str, str]:
-    """``("open", "NP")``, ``("close", "NP")``, ``("leaf", "NNP" or "XX")`` or ``("other", symbol)`` (a word)."""
+    """``("open", "NP")``, ``("close", "NP" or "" for a bare closing)``, ``("leaf", "NNP" or "XX")`` or
+    ``("other", symbol)`` (a word)."""
     if symbol == PLACEHOLDER:
         return "leaf", PLACEHOLDER
+    if symbol == BARE_CLOSING:
+        return "close", ""
     if len(symbol) > 2 and symbol[0] == "(" and symbol[-1] == ")":
         return "leaf", symbol[1:-1]
     if len(symbol) > 1 and symbol[0] == "(":
@@ -144,7 +156,8 @@ def repair(symbols: list[str], words: list[str], scheme: str = "xx") -> tuple[Tr
         if kind == "open":
             stack.append(Tree(label, []))
         elif kind == "close":
-            depth = next((i for i in range(len(stack) - 1, 0, -1) if stack[i].label() == label), None)
+            open_ = range(len(stack) - 1, 0, -1)  # a bare closing closes the innermost
+            depth = next((i for i in open_ if not label or stack[i].label() == label), None)
             if depth is None:
                 repairs.unmatched_closings += 1
                 continue

@@ -29,6 +29,8 @@ from pipelines.text_lines import DataError, read_lines
 from tf_transformer.files import write_bytes
 from tf_transformer.tasks.parsing import evalb, treebank
 from tf_transformer.tasks.parsing.linearization import (
+    CLOSINGS,
+    DEFAULT_CLOSINGS,
     DEFAULT_SCHEME,
     PLACEHOLDER,
     SCHEMES,
@@ -54,14 +56,17 @@ class Parsing(Task):
     word_tokenizer = "penn"  # an export takes raw English text (penn.penn_tokenize)
     tree_loss = "full"  # docs/parsing.md#training-as-it-decodes
 
-    def __init__(self, linearization: str | None = None):
+    def __init__(self, linearization: str | None = None, closings: str | None = None):
         self.linearization = linearization or DEFAULT_SCHEME
         if self.linearization not in SCHEMES:
             raise ValueError(f"--linearization must be one of {', '.join(SCHEMES)}, got {self.linearization!r}")
+        self.closings = closings or DEFAULT_CLOSINGS
+        if self.closings not in CLOSINGS:
+            raise ValueError(f"--closings must be one of {', '.join(CLOSINGS)}, got {self.closings!r}")
         self.tree = self.linearization  # decoded as well-formed trees of it (constraint.TreeConstraint)
 
     def corpus(self, options, split: str) -> pipelines.ParallelText:
-        return split_as_text(options.data, split, options.linearization)
+        return split_as_text(options.data, split, self.linearization, self.closings)
 
     def symbols(self, corpus) -> list[str]:
         counts = collections.Counter(
@@ -99,7 +104,7 @@ class Parsing(Task):
         return sources, references
 
     def target_text(self, reference) -> str:
-        return " ".join(linearize(reference, self.linearization))
+        return " ".join(linearize(reference, self.linearization, self.closings))
 
     def summary(self, result: dict) -> str:
         unscored = result.get("error_sentences", 0) + result.get("skipped_sentences", 0)
@@ -142,12 +147,13 @@ def score_outputs(sources: list[str], outputs: list[str], references: list, sche
     }
 
 
-def split_as_text(directory: str, spec: str, scheme: str) -> pipelines.ParallelText:
+def split_as_text(directory: str, spec: str, scheme: str, closings: str = DEFAULT_CLOSINGS) -> pipelines.ParallelText:
     """The trees of ``spec`` as ``words``/``trees`` text files (see the module), written once, atomically."""
     if scheme not in SCHEMES:
         raise ValueError(f"--linearization must be one of {', '.join(SCHEMES)}, got {scheme!r}")
     paths = treebank.FileRange(spec).select(directory)
-    digest = hashlib.sha256(f"v{FORMAT_VERSION}|{scheme}|{spec}".encode())
+    variant = scheme if closings == DEFAULT_CLOSINGS else f"{scheme}|{closings}"  # labelled: the folders of before
+    digest = hashlib.sha256(f"v{FORMAT_VERSION}|{variant}|{spec}".encode())
     for path in paths:
         with open(path, "rb") as handle:
             digest.update(hashlib.sha256(handle.read()).digest())
@@ -157,5 +163,6 @@ def split_as_text(directory: str, spec: str, scheme: str) -> pipelines.ParallelT
         read = [tree for path in paths for tree in treebank.read_trees(path)]
         os.makedirs(folder, exist_ok=True)
         write_bytes(words, "".join(" ".join(tree.leaves()) + "\n" for tree in read).encode("utf-8"))
-        write_bytes(trees, "".join(" ".join(linearize(tree, scheme)) + "\n" for tree in read).encode("utf-8"))
+        lines = (" ".join(linearize(tree, scheme, closings)) + "\n" for tree in read)
+        write_bytes(trees, "".join(lines).encode("utf-8"))
     return pipelines.parallel_files(words, trees)
