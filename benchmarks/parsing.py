@@ -41,7 +41,7 @@ flags.DEFINE_bool("decode_only", False, "Decode the checkpoints of an existing -
 flags.DEFINE_string("config", "parsing_cpu", "Preset.")
 flags.DEFINE_multi_string("set", [], "Config overrides, e.g. --set dropout=0.2.")
 flags.DEFINE_enum("linearization", None, ["xx", "tags", "words"], "Trees as target symbols (default: the task's).")
-flags.DEFINE_enum("tree_loss", None, ["allowed", "full"], "A parser's loss (default: the task's).")
+flags.DEFINE_enum("tree_loss", None, ["allowed", "unforced", "full"], "A parser's loss (default: the task's).")
 flags.DEFINE_enum("closings", None, ["labeled", "bare"], "Closing brackets )NP or ) (default: the task's).")
 flags.DEFINE_integer("vocab_size", None, "SentencePiece vocabulary of the words (default: the preset's).")
 flags.DEFINE_integer("tokens_per_batch", None, "Tokens per batch and side (default: the preset's).")

@@ -6,8 +6,9 @@ import dataclasses
 
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker")
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
-# A parser's loss: over the tokens the tree constraint allows at each position, or over the whole vocabulary.
-TREE_LOSSES = ("allowed", "full")
+# A parser's loss: over the tokens the tree constraint allows at each position, over the whole vocabulary
+# but none where a token is forced, or over the whole vocabulary everywhere (training.losses.TreeCrossEntropy).
+TREE_LOSSES = ("allowed", "unforced", "full")
 # A parser's closing brackets: labelled as their opening, ``)NP`` (Vinyals et al.), or bare, ``)``.
 CLOSINGS = ("labeled", "bare")
 

@@ -28,6 +28,7 @@ from tf_transformer.training import (
     paper_optimizer,
 )
 from tf_transformer.training.averaging import average_checkpoints, last_checkpoints
+from tf_transformer.training.losses import TreeCrossEntropy, label_smoothed_nll
 from tf_transformer.training.optimizers import FusedAdam
 from tf_transformer.training.trainer import compile_model, train
 
@@ -98,8 +99,8 @@ class _AllowedLoss(LabelSmoothedCrossEntropy):
         super().__init__(eps)
         self.set = tf.constant(allowed)
 
-    def allowed(self, labels):
-        return self.set
+    def token_loss(self, labels, logits):
+        return label_smoothed_nll(labels, logits, self.label_smoothing, self.set)
 
 
 def test_a_loss_over_allowed_tokens_is_the_softmax_and_smoothing_over_them_only():
@@ -128,6 +129,31 @@ def test_a_loss_over_allowed_tokens_is_the_softmax_and_smoothing_over_them_only(
     assert not gradient[~allowed].any()
     every = _AllowedLoss(eps, np.ones_like(allowed))(labels, logits)
     assert float(every) == pytest.approx(float(LabelSmoothedCrossEntropy(eps)(labels, logits)), rel=1e-6)
+
+
+class _FixedConstraint:
+    """Stands for a ``TreeConstraint`` whose allowed set along any target is ``allowed``."""
+
+    def __init__(self, allowed):
+        self.allowed = allowed
+        self.opens = np.zeros(allowed.shape[-1], bool)
+
+    def allowed_along(self, labels):
+        return tf.constant(self.allowed)
+
+
+def test_a_tree_loss_costs_nothing_on_forced_tokens_and_unforced_keeps_the_whole_softmax_elsewhere():
+    logits = RNG.normal(size=(1, 4, 6)).astype("float32")
+    labels = np.array([[2, 3, 5, 1]], "int32")
+    allowed = np.zeros((1, 4, 6), bool)
+    allowed[0, 0, [2, 4]] = allowed[0, 2, [1, 5]] = allowed[0, 3, [1, 2, 3]] = True  # position 1: only its label
+    per_token = label_smoothed_nll(labels, logits, 0.1).numpy()[0]  # over every token
+    unforced = TreeCrossEntropy(_FixedConstraint(allowed), 0.1, over="unforced")(labels, logits)
+    assert float(unforced) == pytest.approx((per_token[0] + per_token[2] + per_token[3]) / 4, rel=1e-6)
+    over_allowed = float(TreeCrossEntropy(_FixedConstraint(allowed), 0.1)(labels, logits))
+    masked = label_smoothed_nll(labels, logits, 0.1, allowed | (np.arange(6) == labels[..., None])).numpy()[0]
+    assert masked[1] == pytest.approx(0.0, abs=1e-6) and over_allowed == pytest.approx(masked.mean(), rel=1e-6)
+    assert over_allowed < float(unforced)
 
 
 def test_token_metrics():

@@ -61,7 +61,8 @@ flags.DEFINE_enum(
     None,
     list(TREE_LOSSES),
     "--task parsing: allowed (the loss over the tokens constrained decoding allows at each position: none on "
-    "forced ones) or full (over every token); default: the task's (docs/parsing.md#training-as-it-decodes).",
+    "forced ones), unforced (over every token, none where one is forced) or full (over every token); default: "
+    "the task's (docs/parsing.md#training-as-it-decodes).",
 )
 flags.DEFINE_enum(
     "closings",

@@ -132,13 +132,13 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         with tf.name_scope(self.name):
             return self.call(y_true, y_pred, sample_weight)
 
-    def allowed(self, labels):
-        """``bool[batch, len, vocab]``, the tokens the softmax is over at each position; ``None``: all of them."""
-        return None
+    def token_loss(self, labels, logits):
+        """``float32[batch, len]``: each position's loss (padding is masked after)."""
+        return label_smoothed_nll(labels, logits, self.label_smoothing)
 
     def call(self, y_true, y_pred, sample_weight=None):
         labels, mask = labels_and_mask(y_true, self.pad_id)  # [batch, len] each
-        nll = label_smoothed_nll(labels, y_pred, self.label_smoothing, self.allowed(labels)) * mask  # [batch, len]
+        nll = self.token_loss(labels, y_pred) * mask  # [batch, len]
         if sample_weight is not None:
             weights = ops.cast(ops.reshape(sample_weight, [-1, 1]), "float32")  # [batch, 1]
             return ops.sum(nll * weights) * float(self.accumulate_steps)
@@ -155,26 +155,49 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
 
 class TreeCrossEntropy(LabelSmoothedCrossEntropy):
-    """A parser's loss over the tokens the tree constraint allows: training as constrained decoding decodes.
+    """A parser's loss as constrained decoding decodes: nothing on forced tokens, and (``allowed``) the
+    softmax over what the search allows.
 
-    At each target position the softmax, and ε's share, are over what the search
-    would allow after the target's earlier tokens
+    At each target position the tree constraint gives what the search would
+    allow after the target's earlier tokens
     (:meth:`~tf_transformer.decoding.tree_constraint.TreeConstraint.allowed_along`),
-    plus the label itself (a treebank tree may open more constituents in a row than
-    the search's cap). So a forced token (a word's later pieces, the one closing
-    a finished tree allows, EOS) costs nothing, and the model spends nothing on
-    what decoding never lets it choose. The loss is still divided by every target
-    token of the update. Not serialized with the model (a run's ``tree_loss`` rebuilds it).
+    plus the label itself (a treebank tree may open more constituents in a row
+    than the search's cap). A forced token (a word's later pieces, the one
+    closing a finished tree allows, EOS) costs nothing: decoding gives the model
+    no choice there. Elsewhere ``over="allowed"`` takes the softmax, and spreads
+    ε, over the allowed tokens only, so the model spends nothing on what decoding
+    never lets it choose; ``over="unforced"`` keeps the whole vocabulary's. The
+    loss is still divided by every target token of the update. Not serialized
+    with the model (a run's ``tree_loss`` rebuilds it).
 
     Args:
       constraint: the run's :class:`~tf_transformer.decoding.tree_constraint.TreeConstraint`.
+      over: ``"allowed"`` or ``"unforced"`` (:data:`configs.TREE_LOSSES`).
       The rest: :class:`LabelSmoothedCrossEntropy`'s.
     """
 
-    def __init__(self, constraint, label_smoothing: float = 0.1, pad_id: int = PAD_ID, accumulate_steps: int = 1):
+    def __init__(
+        self,
+        constraint,
+        label_smoothing: float = 0.1,
+        pad_id: int = PAD_ID,
+        accumulate_steps: int = 1,
+        over: str = "allowed",
+    ):
         super().__init__(label_smoothing, pad_id, accumulate_steps, name="tree_cross_entropy")
+        if over not in ("allowed", "unforced"):
+            raise ValueError(f"over must be allowed or unforced, got {over!r}")
         self.constraint = constraint
+        self.over = over
 
     def allowed(self, labels):
+        """``bool[batch, len, vocab]``: what the search allows at each position of ``labels``, and the label."""
         vocab = len(self.constraint.opens)
         return self.constraint.allowed_along(labels) | tf.one_hot(labels, vocab, on_value=True, off_value=False)
+
+    def token_loss(self, labels, logits):
+        allowed = self.allowed(labels)  # [batch, len, vocab]
+        if self.over == "allowed":
+            return label_smoothed_nll(labels, logits, self.label_smoothing, allowed)
+        chosen = tf.reduce_sum(tf.cast(allowed, tf.int32), axis=-1) > 1  # [batch, len]: not forced
+        return label_smoothed_nll(labels, logits, self.label_smoothing) * tf.cast(chosen, tf.float32)

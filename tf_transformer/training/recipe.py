@@ -9,15 +9,22 @@ from tf_transformer.training.schedules import paper_optimizer
 from tf_transformer.training.update import GlobalLossScaleOptimizer
 
 
-def compile_model(model, config: TransformerConfig, accumulate_steps: int = 1, jit_compile: bool = False, tree=None):
+def compile_model(
+    model,
+    config: TransformerConfig,
+    accumulate_steps: int = 1,
+    jit_compile: bool = False,
+    tree=None,
+    tree_loss: str = "allowed",
+):
     """Compiles with the paper's recipe: label smoothing (5.4), Adam 0.9/0.98/1e-9 and eq. 3 (5.3).
 
     ``accumulate_steps`` micro-batches make one update; the metrics beside the
     loss are token accuracy, per-subword perplexity and the target tokens counted.
     Under ``mixed_float16`` the loss is scaled, with one overflow verdict per
     update for every replica (:mod:`.update`). With a parser's ``tree``
-    (:class:`~tf_transformer.decoding.tree_constraint.TreeConstraint`) the loss is over
-    the tokens it allows (:class:`~tf_transformer.training.losses.TreeCrossEntropy`).
+    (:class:`~tf_transformer.decoding.tree_constraint.TreeConstraint`) the loss follows
+    what it allows, as ``tree_loss`` says (:class:`~tf_transformer.training.losses.TreeCrossEntropy`).
     """
     optimizer = paper_optimizer(config.d_model, config.warmup_steps, config.learning_rate_scale, accumulate_steps)
     if model.dtype_policy.name == "mixed_float16":
@@ -25,7 +32,7 @@ def compile_model(model, config: TransformerConfig, accumulate_steps: int = 1, j
     model.compile(
         optimizer=optimizer,
         loss=(
-            TreeCrossEntropy(tree, config.label_smoothing, accumulate_steps=accumulate_steps)
+            TreeCrossEntropy(tree, config.label_smoothing, accumulate_steps=accumulate_steps, over=tree_loss)
             if tree
             else LabelSmoothedCrossEntropy(config.label_smoothing, accumulate_steps=accumulate_steps)
         ),

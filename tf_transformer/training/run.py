@@ -188,7 +188,7 @@ def prepare(
     """
     place = directory_and_options(config, resolved, model_dir, strategy, cluster)
     inputs = vocabulary_and_data(config, place, strategy.num_replicas_in_sync)
-    tree = place.task.tree if place.options.tree_loss == "allowed" else None
+    tree = place.task.tree if place.options.tree_loss != "full" else None
     model = model_and_optimizer(
         inputs.config, place.options, strategy, tree_constraint(inputs.tokenizer, tree, inputs.config.vocab_size)
     )
@@ -311,11 +311,13 @@ def model_and_optimizer(
     tree: TreeConstraint | None = None,
 ):
     """Step 3: the model, compiled with the paper's recipe and its optimizer's variables built, in the
-    strategy's scope (a checkpoint restores into them). ``tree``: a parser's loss is over what it allows
-    (``--tree_loss allowed``)."""
+    strategy's scope (a checkpoint restores into them). ``tree``: a parser's loss follows what it allows
+    (``--tree_loss allowed`` or ``unforced``)."""
     with strategy.scope():
         model = build_transformer(config)
-        compile_model(model, config, max(1, options.accumulate_steps), options.jit_compile, tree=tree)
+        compile_model(
+            model, config, max(1, options.accumulate_steps), options.jit_compile, tree=tree, tree_loss=options.tree_loss
+        )
         model.optimizer.build(model.trainable_variables)
     return model
 
