@@ -111,6 +111,9 @@ def test_a_parser_trained_over_allowed_tokens_records_it_and_resumes_only_with_i
     assert run_dir.load_run(run)[1]["tree_loss"] == "allowed"
     full = train(config, dataclasses.replace(options, tree_loss="full", train_steps=2), str(tmp_path / "full"))
     assert 0 < first["history"]["loss"][0] < full["history"]["loss"][0]  # same batches: forced tokens cost nothing
+    # Accuracy and perplexity are over the same tokens as the loss: a forced token is always right.
+    assert first["history"]["token_accuracy"][0] > full["history"]["token_accuracy"][0]
+    assert 1 < first["history"]["perplexity"][0] < full["history"]["perplexity"][0]
     with pytest.raises(ResumeError, match=r"--tree_loss allowed → full"):
         train(config, dataclasses.replace(options, tree_loss="full"), run)
     assert train(config, options, run)["steps"] == 4

@@ -1,4 +1,9 @@
-"""Token metrics reported beside the loss: accuracy, perplexity and the target tokens counted (for tokens/s)."""
+"""Token metrics reported beside the loss: accuracy, perplexity and the target tokens counted (for tokens/s).
+
+Accuracy and perplexity are over the tokens the model's loss is over: every
+token, or for a parser trained over the allowed set (``--tree_loss allowed``)
+the tokens the tree constraint allows at each position (``allowed``).
+"""
 
 from __future__ import annotations
 
@@ -10,18 +15,27 @@ from tf_transformer.constants import PAD_ID
 from tf_transformer.training.losses import labels_and_mask, token_statistics
 
 
+def _over(allowed, labels, logits):
+    """``logits`` ``[batch, len, vocab]`` with the tokens ``allowed(labels)`` refuses at −∞ (``None``: as they are)."""
+    if allowed is None:
+        return logits
+    return tf.where(allowed(labels), ops.cast(logits, "float32"), -float("inf"))
+
+
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class TokenAccuracy(keras.metrics.Metric):
     """Share of non-padding target tokens whose arg-max prediction is right (ties: the first index)."""
 
-    def __init__(self, pad_id: int = PAD_ID, name="token_accuracy", **kwargs):
+    def __init__(self, pad_id: int = PAD_ID, name="token_accuracy", allowed=None, **kwargs):
         super().__init__(name=name, **kwargs)
         self.pad_id = pad_id
+        self.allowed = allowed  # labels → bool[batch, len, vocab], or None: every token
         self.correct = self.add_variable(shape=(), initializer="zeros", name="correct", dtype="float32")
         self.total = self.add_variable(shape=(), initializer="zeros", name="total", dtype="float32")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         labels, mask = labels_and_mask(y_true, self.pad_id)  # [batch, len] each
+        y_pred = _over(self.allowed, labels, y_pred)
         predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")  # [batch, len]
         hits = ops.cast(ops.equal(predicted, labels), "float32")  # [batch, len]
         self.correct.assign_add(ops.sum(hits * mask))
@@ -42,15 +56,16 @@ class TokenAccuracy(keras.metrics.Metric):
 class TokenPerplexity(keras.metrics.Metric):
     """exp(mean unsmoothed −log p) over non-padding target tokens (per-subword perplexity)."""
 
-    def __init__(self, pad_id: int = PAD_ID, name="perplexity", **kwargs):
+    def __init__(self, pad_id: int = PAD_ID, name="perplexity", allowed=None, **kwargs):
         super().__init__(name=name, **kwargs)
         self.pad_id = pad_id
+        self.allowed = allowed  # labels → bool[batch, len, vocab], or None: every token
         self.nll = self.add_variable(shape=(), initializer="zeros", name="nll", dtype="float32")
         self.total = self.add_variable(shape=(), initializer="zeros", name="total", dtype="float32")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         labels, mask = labels_and_mask(y_true, self.pad_id)  # [batch, len] each
-        top, log_normalizer, picked, _, _ = token_statistics(labels, y_pred)
+        top, log_normalizer, picked, _, _ = token_statistics(labels, _over(self.allowed, labels, y_pred))
         nll = log_normalizer - (picked - top)  # −log p(label), [batch, len]
         self.nll.assign_add(ops.sum(nll * mask))
         self.total.assign_add(ops.sum(mask))

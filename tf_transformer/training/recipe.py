@@ -29,14 +29,15 @@ def compile_model(
     optimizer = paper_optimizer(config.d_model, config.warmup_steps, config.learning_rate_scale, accumulate_steps)
     if model.dtype_policy.name == "mixed_float16":
         optimizer = GlobalLossScaleOptimizer(optimizer, name="loss_scale_optimizer")
+    if tree:
+        loss = TreeCrossEntropy(tree, config.label_smoothing, accumulate_steps=accumulate_steps, over=tree_loss)
+    else:
+        loss = LabelSmoothedCrossEntropy(config.label_smoothing, accumulate_steps=accumulate_steps)
+    over = loss.allowed if tree and tree_loss == "allowed" else None  # the metrics are over the loss's tokens
     model.compile(
         optimizer=optimizer,
-        loss=(
-            TreeCrossEntropy(tree, config.label_smoothing, accumulate_steps=accumulate_steps, over=tree_loss)
-            if tree
-            else LabelSmoothedCrossEntropy(config.label_smoothing, accumulate_steps=accumulate_steps)
-        ),
-        metrics=[TokenAccuracy(), TokenPerplexity(), TargetTokens()],
+        loss=loss,
+        metrics=[TokenAccuracy(allowed=over), TokenPerplexity(allowed=over), TargetTokens()],
         jit_compile=jit_compile,
     )
     return model
