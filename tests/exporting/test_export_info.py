@@ -80,3 +80,17 @@ def test_settings_the_flags_now_refuse_still_load_from_an_earlier_export():
     """Earlier tft-export bounded neither --alpha nor --max_extra_length: what such an export recorded is read."""
     info = ExportInfo.from_dict({"signatures": ["serving_default"], "beam_size": 4, "alpha": -0.2, "min_length": 0})
     assert info.options == DecodeOptions(beam_size=4, alpha=-0.2, min_length=0, early_stop="exact")
+
+
+def test_a_parser_export_records_its_closings_and_its_task_writes_gold_trees_so(tmp_path):
+    from nltk import Tree
+
+    from tf_transformer.cli import model_task
+
+    tree = Tree.fromstring("(S (NP (NNP John)) (VP (VBD ran)))")
+    for closings, written in ((None, "(S (NP John )NP (VP ran )VP )S"), ("bare", "(S (NP John ) (VP ran ) )")):
+        info = ExportInfo(task="parsing", linearization="words", closings=closings)
+        assert ExportInfo.from_dict(json.loads(json.dumps(info.to_dict()))) == info
+        export = tmp_path / (closings or "labeled")
+        write_export_info(str(export), info)
+        assert model_task(str(export), None).target_text(tree) == written  # tft-score's gold trees: as trained

@@ -78,7 +78,7 @@ def model_task(model: str | None, model_dir: str | None):
         from tf_transformer.exporting.export_info import read_export_info
 
         info = read_export_info(model)
-        return get_task(info.task, info.linearization)
+        return get_task(info.task, info.linearization, info.closings)
     return task_of_run(model_dir)
 
 

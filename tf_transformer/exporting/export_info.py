@@ -59,7 +59,8 @@ class ExportInfo:
       precision_reason: how ``dtype`` was chosen: ``"given"``, or ``tft-export --precision auto``'s reason
         (``None``: the default, float32, or an export of an earlier version).
       task: the run's task (``tf_transformer.tasks``; ``None``: translation, for exports of earlier versions).
-        A parser's ``translations`` are linearized trees (docs/parsing.md), written as ``linearization`` says.
+        A parser's ``translations`` are linearized trees (docs/parsing.md), written as ``linearization`` and
+        ``closings`` say (``None``: labelled, for exports of earlier versions).
       options: the decoding settings; ``None`` where the export records none (written before the file existed).
     """
 
@@ -71,6 +72,7 @@ class ExportInfo:
     precision_reason: str | None = None
     task: str | None = None
     linearization: str | None = None
+    closings: str | None = None
     options: DecodeOptions | None = None
 
     def to_dict(self) -> dict[str, Any]:

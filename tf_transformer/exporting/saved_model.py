@@ -74,6 +74,7 @@ def export_info(
         precision_reason=precision_reason,
         task=task.name if task else None,
         linearization=getattr(task, "linearization", None),
+        closings=getattr(task, "closings", None),
         options=translator.options,
     )
 

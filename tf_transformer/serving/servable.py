@@ -51,7 +51,7 @@ class Servable:
         self.limits = SourceLimit(path)
         self.token_limits = SourceLimit(path, tokenized=True)  # SPLIT_SIGNATURES': the words split already
         self.info = read_export_info(path)
-        self.task = get_task(self.info.task, self.info.linearization)
+        self.task = get_task(self.info.task, self.info.linearization, self.info.closings)
         self._metadata = _signature_defs(path)
 
     def check(self, request: PredictRequest) -> None:
