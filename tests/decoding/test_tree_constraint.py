@@ -312,3 +312,18 @@ def test_a_vocabulary_of_bare_closings_closes_every_constituent_with_one():
     allowed = constraint.allowed_along(tf.constant([target])).numpy()[0]
     assert all(allowed[t, token] for t, token in enumerate(target))
     assert not allowed[6, EOS_ID] and allowed[8, EOS_ID] and not allowed[8, 7]  # the root closes once, last
+
+
+def test_renormalized_scores_are_a_softmax_over_the_allowed_tokens_and_greedy_picks_the_same():
+    table = script("(S (NP ▁John )NP ▁ran ▁. )S", noise=3)
+    inputs = source("▁John ▁ran ▁.")
+    plain = TreeConstraint(proto(), "words", VOCAB)
+    renormalized = TreeConstraint(proto(), "words", VOCAB, renormalize=True)
+    sentences = plain.read_input(tf.constant(inputs))
+    state = plain.start(1, 1, 16)
+    log_probs = tf.nn.log_softmax(tf.constant(table[:1][None]))  # [1, 1, vocab]
+    allowed = plain.allowed(state, sentences, 0, tf.constant([16])).numpy()
+    scores = renormalized.constrain(log_probs, state, sentences, 0, tf.constant([16])).numpy()
+    assert np.exp(scores[allowed]).sum() == pytest.approx(1.0, rel=1e-5) and (scores[~allowed] <= -1e8).all()
+    found = greedy_search(None, inputs, 20, decoding=ScriptedDecoding(table), constraint=renormalized)
+    assert [text(row) for row in found.numpy()] == greedy(inputs, table, "words")

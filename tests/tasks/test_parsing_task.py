@@ -97,6 +97,7 @@ def test_a_parsing_run_resumes_with_its_text_rewritten_and_refuses_another_linea
 def test_a_parser_trained_over_allowed_tokens_records_it_and_resumes_only_with_it(tmp_path, text_cache):
     from configs import get_config
     from tf_transformer import run_dir
+    from tf_transformer.decoding.decode_options import DecodeOptions
     from tf_transformer.training.options import OptionError
     from tf_transformer.training.resume import ResumeError
     from tf_transformer.training.trainer import train
@@ -109,7 +110,10 @@ def test_a_parser_trained_over_allowed_tokens_records_it_and_resumes_only_with_i
     run = str(tmp_path / "run")
     first = train(config, dataclasses.replace(options, train_steps=2, checkpoint_every=2), run)
     assert run_dir.load_run(run)[1]["tree_loss"] == "allowed"
+    assert DecodeOptions.for_run(run).renormalize  # decoded as it trained: a softmax over the allowed tokens
+    assert not DecodeOptions.for_run(run, constrained=False).renormalize
     full = train(config, dataclasses.replace(options, tree_loss="full", train_steps=2), str(tmp_path / "full"))
+    assert not DecodeOptions.for_run(str(tmp_path / "full")).renormalize
     assert 0 < first["history"]["loss"][0] < full["history"]["loss"][0]  # same batches: forced tokens cost nothing
     # Accuracy and perplexity are over the same tokens as the loss: a forced token is always right.
     assert first["history"]["token_accuracy"][0] > full["history"]["token_accuracy"][0]

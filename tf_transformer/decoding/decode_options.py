@@ -62,6 +62,10 @@ class DecodeOptions:
         well-formed trees over the input words every output must be: the search only
         takes tokens that keep to one (section 6.3; docs/parsing.md#constrained-decoding).
         ``None``: any sequence (translation, or a parser decoded unconstrained).
+      renormalize: with ``tree``, each step's log-probabilities are renormalized over the
+        tokens the constraint allows, as the softmax of a parser trained with
+        ``--tree_loss allowed`` was (its full softmax means nothing there); ``False``: the
+        model's own (docs/parsing.md#training-as-it-decodes).
       word_tokenizer: how a source string is split into words before its pieces
         (:data:`~configs.decoding.WORD_TOKENIZERS`): ``"penn"``, the Penn Treebank's
         tokenization of raw English (a parser's export, docs/parsing.md#raw-text);
@@ -78,6 +82,7 @@ class DecodeOptions:
     truncate_source: bool = False
     early_stop: str = EARLY_STOPS[0]
     tree: str | None = None
+    renormalize: bool = False
     word_tokenizer: str | None = None
 
     def __post_init__(self):
@@ -95,6 +100,8 @@ class DecodeOptions:
             raise ValueError(f"early_stop must be one of {', '.join(EARLY_STOPS)}, got {self.early_stop!r}")
         if self.tree is not None and self.tree not in TREE_LINEARIZATIONS:
             raise ValueError(f"tree must be one of {', '.join(TREE_LINEARIZATIONS)} or None, got {self.tree!r}")
+        if self.renormalize and self.tree is None:
+            raise ValueError("renormalize applies to a parser's constrained search: give a tree")
         if self.word_tokenizer is not None and self.word_tokenizer not in WORD_TOKENIZERS:
             raise ValueError(
                 f"word_tokenizer must be one of {', '.join(WORD_TOKENIZERS)} or None, got {self.word_tokenizer!r}"
@@ -119,7 +126,8 @@ class DecodeOptions:
         """:meth:`from_config` with the config of the training run in ``model_dir``.
 
         A parser's run decodes well-formed trees of its linearization (its task's
-        :attr:`~tf_transformer.tasks.Task.tree`) unless ``constrained`` is false.
+        :attr:`~tf_transformer.tasks.Task.tree`) unless ``constrained`` is false,
+        renormalized over the allowed tokens where it trained over them.
         """
         from tf_transformer.run_dir import load_run
         from tf_transformer.tasks import get_task
@@ -127,6 +135,8 @@ class DecodeOptions:
         config, run = load_run(model_dir)
         if constrained and flags.get("tree") is None:
             flags["tree"] = get_task(run.get("task"), run.get("linearization")).tree
+            if flags["tree"] and flags.get("renormalize") is None:
+                flags["renormalize"] = run.get("tree_loss") == "allowed"
         return cls.from_config(config, **flags)
 
     def replace(self, **changes: Any) -> DecodeOptions:

@@ -22,9 +22,11 @@ tree over the input.
 
 The scores stay the model's log-probabilities of the tokens chosen: nothing is
 renormalized, and a word's first piece is not given the mass of every word piece
-(the model's misspelt copies), which both scored lower on the tune split
-(docs/parsing.md#constrained-decoding). So where the model's own output is a tree
-over the input, the constrained search finds the same.
+(the model's misspelt copies), which both scored lower on the tune split for a
+model trained over every token (docs/parsing.md#constrained-decoding). So where
+the model's own output is a tree over the input, the constrained search finds
+the same. A model trained over the allowed tokens only (``--tree_loss allowed``)
+is scored as it trained: ``renormalize`` takes each step's softmax over them.
 
 The state of each hypothesis is explicit (:class:`TreeState`) and moves with its
 beam like the decoder's cache; each sentence's source pieces are read from the
@@ -92,13 +94,22 @@ class TreeConstraint(Constraint):
       scheme: the linearization (``words``, ``xx`` or ``tags``).
       vocab_size: the model's output ids (tokens past the proto's pieces are never allowed).
       max_openings: the most constituents opened in a row (``None``: no cap).
+      renormalize: :meth:`constrain` renormalizes over the allowed tokens (see the module).
     """
 
-    def __init__(self, model_proto: bytes, scheme: str, vocab_size: int, max_openings: int | None = MAX_OPENINGS):
+    def __init__(
+        self,
+        model_proto: bytes,
+        scheme: str,
+        vocab_size: int,
+        max_openings: int | None = MAX_OPENINGS,
+        renormalize: bool = False,
+    ):
         if scheme not in SCHEMES:
             raise ValueError(f"tree must be one of {', '.join(SCHEMES)}, got {scheme!r}")
         self.scheme = scheme
         self.max_openings = max_openings
+        self.renormalize = renormalize
         model = sentencepiece_model_pb2.ModelProto.FromString(model_proto)
         pieces = [(piece.piece, piece.type) for piece in model.pieces][:vocab_size]
         ids = {piece: index for index, (piece, _) in enumerate(pieces)}
@@ -140,8 +151,11 @@ class TreeConstraint(Constraint):
 
     def constrain(self, log_probs, state: TreeState, sentences: TreeInput, step, max_lengths):
         """``log_probs`` ``[batch, K, vocab]`` of the tokens each hypothesis may write at ``step``
-        (:meth:`allowed`), the others ``NEG_INF``."""
-        return tf.where(self.allowed(state, sentences, step, max_lengths), log_probs, NEG_INF)
+        (:meth:`allowed`; renormalized over them with ``renormalize``), the others ``NEG_INF``."""
+        allowed = self.allowed(state, sentences, step, max_lengths)
+        if not self.renormalize:
+            return tf.where(allowed, log_probs, NEG_INF)
+        return tf.where(allowed, tf.nn.log_softmax(tf.where(allowed, log_probs, NEG_INF)), NEG_INF)
 
     def allowed(self, state: TreeState, sentences: TreeInput, step, max_lengths):
         """``bool[batch, K, vocab]``: the tokens each hypothesis may write at ``step`` (the module's rules).
@@ -249,9 +263,9 @@ class TreeConstraint(Constraint):
         )
 
 
-def tree_constraint(tokenizer, tree: str | None, vocab_size: int) -> TreeConstraint | None:
+def tree_constraint(tokenizer, tree: str | None, vocab_size: int, renormalize: bool = False) -> TreeConstraint | None:
     """The constraint of a parser's ``tree`` linearization over ``tokenizer``'s vocabulary
     (a :class:`pipelines.Tokenizer`; ``vocab_size``: the model's outputs); ``None`` for ``None``."""
     if tree is None:
         return None
-    return TreeConstraint(tokenizer.target_proto or tokenizer.model_proto, tree, vocab_size)
+    return TreeConstraint(tokenizer.target_proto or tokenizer.model_proto, tree, vocab_size, renormalize=renormalize)

@@ -63,7 +63,9 @@ class Translator(tf.Module):
         self.tokenizer = tokenizer
         self.options = options or DecodeOptions()
         self.decoding = IncrementalDecoder(model)
-        self.constraint = tree_constraint(tokenizer, self.options.tree, model.vocab_size)  # a parser's, or None
+        self.constraint = tree_constraint(  # a parser's, or None
+            tokenizer, self.options.tree, model.vocab_size, self.options.renormalize
+        )
         self.frozen_weights = None
         if freeze_weights:
             self.frozen_weights = tf.Module(name="frozen_decoding_weights")
