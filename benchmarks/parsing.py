@@ -64,10 +64,12 @@ def main(argv):
     from configs import RunOptions, get_config, parse_overrides
     from tf_transformer.decoding.decode_options import DecodeOptions
     from tf_transformer.inference.batch_translation import translate_with_checkpoint
+    from tf_transformer.run_dir import load_run
     from tf_transformer.tasks import get_task
     from tf_transformer.tasks.parsing.evalb import right_branching, score
     from tf_transformer.tasks.parsing.task import score_outputs
     from tf_transformer.tasks.parsing.treebank import read_range
+    from tf_transformer.training.options import effective
     from tf_transformer.training.trainer import train
 
     logging.set_verbosity(logging.WARNING)
@@ -127,6 +129,7 @@ def main(argv):
     dev = decode(FLAGS.dev_files, checkpoint)
     free = decode(FLAGS.dev_files, checkpoint, constrained=False)
     gold = read_range(FLAGS.data, FLAGS.dev_files)
+    trained = effective(*load_run(model_dir))
     baseline = score(gold, [right_branching(tree.leaves(), [tag for _, tag in tree.pos()]) for tree in gold])
     epochs = summary["steps"] / summary["steps_per_epoch"]
     print(
@@ -155,8 +158,7 @@ def main(argv):
                 "config": config.name,
                 "overrides": FLAGS.set,
                 "linearization": linearization,
-                "tree_loss": FLAGS.tree_loss or get_task("parsing").tree_loss,
-                "closings": get_task("parsing", closings=FLAGS.closings).closings,
+                **{name: trained[name] for name in ("tree_loss", "closings")},  # as the run recorded them
                 "vocab_size": FLAGS.vocab_size or config.vocab_size,
                 "beam_size": config.beam_size,
                 "alpha": config.alpha,
