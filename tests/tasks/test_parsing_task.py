@@ -162,6 +162,9 @@ def test_a_parser_with_bare_closings_learns_them_decodes_trees_and_keeps_them_on
     assert " ) " in trees and ")S" not in trees
     with pytest.raises(ResumeError, match=r"--closings bare → labeled"):
         train(config, dataclasses.replace(options, closings="labeled", train_steps=4), run)
+    # Started from its weights, a run with labelled closings would find no piece for them.
+    with pytest.raises(ResumeError, match=r"no piece for the target symbol\(s\) .*\)S .*another --linearization"):
+        train(config, dataclasses.replace(options, closings="labeled", init_from=run), str(tmp_path / "labeled"))
 
 
 def test_under_words_targets_mix_whole_symbols_and_word_pieces(tmp_path, text_cache):

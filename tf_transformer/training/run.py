@@ -273,6 +273,7 @@ def _chief_vocabulary(config: TransformerConfig, place: RunPlace, corpora: list,
         resume.check_unchanged(model_dir, config, run, corpora)  # before config.json is rewritten
     elif place.source_dir:
         resume.take_vocabulary(model_dir, place.source_dir)
+    symbols = list(dict.fromkeys(itertools.chain.from_iterable(task.symbols(c) for c in corpora)))
     tokenizer = run_dir.make_vocabulary(
         model_dir,
         corpora[0],
@@ -281,9 +282,10 @@ def _chief_vocabulary(config: TransformerConfig, place: RunPlace, corpora: list,
         options.seed,
         # Every source's text, in the order given: a vocabulary for all the mixture trains on.
         text=itertools.chain.from_iterable(task.vocabulary_text(corpus) for corpus in corpora),
-        symbols=list(dict.fromkeys(itertools.chain.from_iterable(task.symbols(c) for c in corpora))),
+        symbols=symbols,
         symbol_pattern=task.symbol_pattern,
     )
+    _check_symbols(tokenizer, symbols, model_dir, place)
     config = config.replace(vocab_size=tokenizer.vocab_size)
     if place.source_dir:
         resume.check_architecture(config, run_dir.load_run(place.source_dir)[0], place.source_dir)
@@ -292,6 +294,20 @@ def _chief_vocabulary(config: TransformerConfig, place: RunPlace, corpora: list,
         cluster.announce(model_dir, place.launch_token)
         cluster.agree_on_options([])
     return config, tokenizer
+
+
+def _check_symbols(tokenizer, symbols: list[str], model_dir: str, place: RunPlace) -> None:
+    """Refuses a vocabulary made before (``--init_from``'s, or one put in the run directory) that lacks a
+    target symbol of this run's data, which would train on UNK in its place."""
+    processor = tokenizer.python_processor(target=True)
+    missing = [symbol for symbol in symbols if processor.piece_to_id(symbol) == processor.unk_id()]
+    if missing:
+        source = f"the run --init_from {place.options.init_from} starts from" if place.source_dir else "this run"
+        raise resume.ResumeError(
+            f"{run_dir.vocabulary_path(model_dir)} ({source}) has no piece for the target symbol(s) "
+            f"{' '.join(missing[:8])}{' …' if len(missing) > 8 else ''}: its targets were written otherwise "
+            "(another --linearization or --closings). Train with the options its vocabulary was made for"
+        )
 
 
 def _worker_vocabulary(config: TransformerConfig, place: RunPlace, replicas: int):
