@@ -11,7 +11,7 @@ from nltk import Tree
 from sentencepiece import sentencepiece_model_pb2
 
 from tf_transformer.constants import EOS_ID, PAD_ID
-from tf_transformer.decoding.beam_search import beam_search
+from tf_transformer.decoding.beam_search import NEG_INF, beam_search
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.decoding.tree_constraint import TreeConstraint
 from tf_transformer.tasks.parsing.linearization import repair
@@ -287,6 +287,7 @@ def stepwise_allowed(constraint: TreeConstraint, target: list[int]) -> np.ndarra
             ],
         ),
         ("xx", ["(S (NP XX )NP (VP XX (NP XX XX )NP )VP )S", "(S XX XX )S"]),
+        ("tags", ["(S (NP (NNP) )NP (VP (VBD) )VP )S"]),
     ],
 )
 def test_the_allowed_set_along_a_target_is_what_the_search_allows_after_each_prefix(scheme, targets):
@@ -327,3 +328,69 @@ def test_renormalized_scores_are_a_softmax_over_the_allowed_tokens_and_greedy_pi
     assert np.exp(scores[allowed]).sum() == pytest.approx(1.0, rel=1e-5) and (scores[~allowed] <= -1e8).all()
     found = greedy_search(None, inputs, 20, decoding=ScriptedDecoding(table), constraint=renormalized)
     assert [text(row) for row in found.numpy()] == greedy(inputs, table, "words")
+
+
+@pytest.mark.parametrize("renormalize", [False, True])
+def test_a_target_prefix_keeps_its_score_under_the_constraint_and_a_malformed_one_gets_no_output(renormalize):
+    """The prefix is forced after the constraint: renormalized or not, a forced token scores what the
+    constrained search gives it, and a prefix the constraint refuses leaves the sentence no hypothesis."""
+    constraint = TreeConstraint(proto(), "words", VOCAB, renormalize=renormalize)
+    table = script("(S (NP ▁John )NP ▁ran ▁. )S", noise=4)
+    inputs = tf.constant(source("▁John ▁ran ▁.", "▁John ▁ran ▁."))
+    decoding = ScriptedDecoding(table)
+
+    def step_fn(tokens, cache, step):
+        return tf.nn.log_softmax(decoding.logits(tf.shape(tokens)[0], step)), cache
+
+    prefixes = tf.constant([ids("(S (VP"), ids("(S )S")], tf.int32)  # the second closes a constituent without words
+    found, scores, _ = beam_search(
+        step_fn,
+        {"rows": tf.zeros([2 * 3])},
+        2,
+        tf.constant([20, 20]),
+        beam_size=3,
+        alpha=0.0,
+        forced_ids=prefixes,
+        constraint=constraint,
+        constraint_inputs=constraint.read_input(inputs),
+    )
+    best = found.numpy()[0, 0]
+    assert text(best).startswith("(S (VP John") and is_tree_over(text(best), ["John", "ran", "."], "words")
+    expected, state = 0.0, constraint.start(1, 1, 20)  # the constrained log-probabilities of the best output
+    sentences = constraint.read_input(inputs[:1])
+    for step, token in enumerate(t for t in best if t != PAD_ID):
+        row = tf.nn.log_softmax(tf.constant(table[min(step, len(table) - 1)][None, None]))
+        if step >= len(table):
+            row = tf.nn.log_softmax(tf.one_hot(EOS_ID, VOCAB)[None, None] * 10.0)
+        expected += float(constraint.constrain(row, state, sentences, step, tf.constant([20]))[0, 0, token])
+        state = constraint.advance(state, tf.constant([[token]]))
+    assert scores.numpy()[0, 0] == pytest.approx(expected, abs=1e-3)
+    assert text(found.numpy()[1, 0]) == "" and scores.numpy()[1, 0] <= NEG_INF / 2
+
+
+@pytest.mark.parametrize("renormalize", [False, True])
+def test_a_parser_scores_its_search_outputs_as_the_search_scored_them(tiny_parser, renormalize):
+    """``score`` (tft-score, the export's ``score``) gives the constrained search's own scores back, with the
+    softmax over the allowed tokens where the search renormalizes."""
+    from tf_transformer.decoding.decode_options import DecodeOptions
+    from tf_transformer.inference.translator import Translator
+    from tf_transformer.run_dir import restore_model
+    from tf_transformer.tasks import run_tokenizer
+    from tf_transformer.tasks.parsing.treebank import read_trees
+
+    run, _, treebank = map(str, tiny_parser)
+    lines = tf.constant([" ".join(tree.leaves()) for tree in read_trees(f"{treebank}/wsj_0003.mrg")[:6]])
+    model, _ = restore_model(run)
+    options = DecodeOptions.for_run(run, renormalize=renormalize)
+    translator = Translator(model, run_tokenizer(run), options.replace(alpha=0.0))
+    outputs = translator.translate(lines)
+    scored = translator.score(lines, outputs["translations"])
+    np.testing.assert_allclose(np.asarray(scored["scores"]), np.asarray(outputs["scores"]), atol=2e-4)
+
+
+def test_only_a_bare_closing_symbol_closes_for_an_opening_without_its_own():
+    """A text piece spelled ``)`` is no closing: ``(QP``, whose ``)QP`` the vocabulary lacks, stays no opening."""
+    model = sentencepiece_model_pb2.ModelProto.FromString(proto())
+    model.pieces.add(piece=")", score=0.0, type=Piece.NORMAL)
+    constraint = TreeConstraint(model.SerializeToString(), "words", VOCAB + 1)
+    assert not constraint.opens[ID["(QP"]] and constraint.opens[ID["(NP"]]

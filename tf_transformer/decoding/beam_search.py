@@ -503,12 +503,12 @@ def beam_search(
 
     def advance(state: BeamState, sentences: Sentences, log_probs) -> BeamState:
         """The state after step ``state.step``, from its ``log_probs`` ``[batch, K, vocab]``."""
-        if forced_ids is not None:
-            log_probs = force_prefix(log_probs, sentences.forced_ids, state.step)
-        if constraint is not None:
+        if constraint is not None:  # first: a constraint that renormalizes reads the model's whole row
             log_probs = constraint.constrain(
                 log_probs, state.constraint, sentences.constraint_inputs, state.step, sentences.max_lengths
             )  # [batch, K, vocab]
+        if forced_ids is not None:
+            log_probs = force_prefix(log_probs, sentences.forced_ids, state.step)
         candidates = expand(state, log_probs, min_length, sentences.max_lengths, length)
         state = keep_finished(keep_live(state, candidates, k, reorder_cache, constraint), candidates, k, alpha)
         state = state._replace(step=state.step + 1)

@@ -17,7 +17,7 @@ from tf_transformer.constants import BOS_ID, PAD_ID
 from tf_transformer.decoding.beam_search import length_penalty
 
 
-def score_ids(model, source_ids, target_ids, alpha):
+def score_ids(model, source_ids, target_ids, alpha, allowed=None):
     """Log-probabilities of ``target_ids`` given ``source_ids`` under ``model``.
 
     Args:
@@ -25,6 +25,9 @@ def score_ids(model, source_ids, target_ids, alpha):
       source_ids: ``int32[batch, src_len]``, EOS-terminated, 0-padded.
       target_ids: ``int32[batch, tgt_len]``, EOS-terminated, 0-padded (what a search returns).
       alpha: the length penalty's exponent for ``scores`` (0: none).
+      allowed: for a parser whose search renormalizes over the tokens its tree constraint
+        allows, ``target_ids → bool[batch, tgt_len, vocab]`` (``TreeConstraint.allowed_along``):
+        each softmax is then over them and the target's own token, as that search scores.
 
     Returns a dict:
       ``token_log_probs``: ``float32[batch, tgt_len]``, each target token's
@@ -39,6 +42,10 @@ def score_ids(model, source_ids, target_ids, alpha):
     decoder_input = tf.concat([bos, target_ids[:, :-1]], axis=1)  # [batch, tgt_len]: BOS + target[:-1]
     memory, memory_mask = model.encode(source_ids, training=False)  # [batch, src_len, d_model]
     logits = tf.cast(model.decode(decoder_input, memory, memory_mask, training=False), tf.float32)
+    if allowed is not None:
+        vocab = tf.shape(logits)[-1]
+        kept = allowed(target_ids) | tf.one_hot(target_ids, vocab, on_value=True, off_value=False)
+        logits = tf.where(kept, logits, -1e9)  # [batch, tgt_len, vocab]
     log_softmax = tf.nn.log_softmax(logits, axis=-1)  # [batch, tgt_len, vocab]
     present = target_ids != PAD_ID  # [batch, tgt_len]
     token_log_probs = tf.where(present, tf.gather(log_softmax, target_ids, batch_dims=2), 0.0)  # [batch, tgt_len]

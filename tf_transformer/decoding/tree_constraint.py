@@ -112,7 +112,7 @@ class TreeConstraint(Constraint):
         self.renormalize = renormalize
         model = sentencepiece_model_pb2.ModelProto.FromString(model_proto)
         pieces = [(piece.piece, piece.type) for piece in model.pieces][:vocab_size]
-        ids = {piece: index for index, (piece, _) in enumerate(pieces)}
+        symbols = {piece: index for index, (piece, kind) in enumerate(pieces) if kind == _USER_DEFINED}
         self.opens = np.zeros([vocab_size], bool)  # [vocab]: an opening whose closing the vocabulary holds
         self.closing_of = np.full([vocab_size], NO_TOKEN, np.int32)  # [vocab]: an opening's closing id
         self.closes = np.zeros([vocab_size], bool)  # [vocab]
@@ -123,10 +123,10 @@ class TreeConstraint(Constraint):
                 self.starts_word[index] = piece.startswith("▁")
                 continue
             role, label = symbol_kind(piece)
-            closing = f"){label}" if f"){label}" in ids else BARE_CLOSING  # labelled, or bare (--closings bare)
-            if role == "open" and closing in ids:
+            closing = f"){label}" if f"){label}" in symbols else BARE_CLOSING  # labelled, or bare (--closings bare)
+            if role == "open" and closing in symbols:
                 self.opens[index] = True
-                self.closing_of[index] = ids[closing]
+                self.closing_of[index] = symbols[closing]
             self.closes[index] = role == "close"
             self.leaves[index] = role == "leaf" and scheme != "words"
         if not self.opens.any():
@@ -167,8 +167,9 @@ class TreeConstraint(Constraint):
         innermost = tf.gather(state.closings, tf.maximum(state.depth - 1, 0), batch_dims=2)  # [batch, K]
         return self._allowed(state, innermost, sentences, step, max_lengths)
 
-    def allowed_along(self, targets):
-        """``bool[batch, T, vocab]``: what the search would allow at each position of ``targets`` ``int32[batch, T]``.
+    def allowed_along(self, targets, max_lengths=None):
+        """``bool[batch, T, vocab]``: what the search would allow at each position of ``targets`` ``int32[batch, T]``
+        (within ``max_lengths`` ``int32[batch]``, each sentence's most tokens as the search's; ``None``: no bound).
 
         Teacher forcing feeds the decoder the target's first ``t`` tokens, so
         position ``t``'s state is the one the search reaches after writing them;
@@ -176,8 +177,8 @@ class TreeConstraint(Constraint):
         source's pieces for a well-formed target). The states of all positions
         are computed at once: counts by cumulative sums, the innermost open
         constituent as the last opening before ``t`` one level above ``t``'s
-        depth (``[batch, T, T]`` comparisons). No length budget applies. Tokens
-        after EOS read as if the target ended there.
+        depth (``[batch, T, T]`` comparisons). Tokens after EOS read as if the
+        target ended there.
         """
         targets = tf.cast(targets, tf.int32)
         opened = tf.gather(tf.constant(self.opens), targets)  # [batch, T]
@@ -212,8 +213,9 @@ class TreeConstraint(Constraint):
             closings=None,  # read as ``innermost`` only
         )
         sentences = TreeInput(pieces, tf.reduce_sum(tf.cast(units, tf.int32), axis=1))
-        unbounded = tf.fill([tf.shape(targets)[0]], tf.int32.max // 2)  # [batch]: no length budget
-        return self._allowed(state, innermost, sentences, positions, unbounded)
+        if max_lengths is None:
+            max_lengths = tf.fill([tf.shape(targets)[0]], tf.int32.max // 2)  # [batch]: no length budget
+        return self._allowed(state, innermost, sentences, positions, max_lengths)
 
     def _allowed(self, state: TreeState, innermost, sentences: TreeInput, step, max_lengths):
         """:meth:`allowed` given each hypothesis's ``innermost`` closing id ``int32[batch, K]``."""

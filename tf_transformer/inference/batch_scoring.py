@@ -61,8 +61,8 @@ def checkpoint_scorer(model_dir: str, checkpoint: str | None = None) -> Callable
     from tf_transformer.run_dir import restore_model
     from tf_transformer.tasks import run_tokenizer
 
-    model, config = restore_model(model_dir, checkpoint)
-    translator = Translator(model, run_tokenizer(model_dir), DecodeOptions.from_config(config))
+    model, _ = restore_model(model_dir, checkpoint)
+    translator = Translator(model, run_tokenizer(model_dir), DecodeOptions.for_run(model_dir))
     run = tf.function(translator.score, reduce_retracing=True)
 
     def score(batch):

@@ -360,7 +360,15 @@ class Translator(tf.Module):
         # The sources are the words of the targets, split already (a parser's gold trees).
         source_ids = self.limit_source(self.encode_strings(tf.convert_to_tensor(texts, tf.string), split=False))
         target_ids = self._check_targets(self.encode_targets(tf.convert_to_tensor(targets, tf.string)), "target")
-        return score_ids(self.model, source_ids, target_ids, self.options.alpha if alpha is None else alpha)
+        allowed = None
+        if self.constraint is not None and self.constraint.renormalize:  # scored as the search scores
+            source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)  # [batch]
+            max_lengths = self.options.longest_output(source_lengths, None, None, tf.minimum, tf.maximum)
+
+            def allowed(targets):
+                return self.constraint.allowed_along(targets, max_lengths)
+
+        return score_ids(self.model, source_ids, target_ids, self.options.alpha if alpha is None else alpha, allowed)
 
     def _request_checks(self, request: DecodeRequest) -> list:
         """The graph's assertions that ``request`` (settings as scalar tensors) keeps its

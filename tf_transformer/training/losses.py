@@ -136,6 +136,11 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         """``float32[batch, len]``: each position's loss (padding is masked after)."""
         return label_smoothed_nll(labels, logits, self.label_smoothing)
 
+    def softmax_tokens(self):
+        """``labels → bool[batch, len, vocab]``, the tokens the softmax is over at each position (what
+        accuracy and perplexity count, :mod:`.metrics`); ``None``: every token."""
+        return None
+
     def call(self, y_true, y_pred, sample_weight=None):
         labels, mask = labels_and_mask(y_true, self.pad_id)  # [batch, len] each
         nll = self.token_loss(labels, y_pred) * mask  # [batch, len]
@@ -194,6 +199,9 @@ class TreeCrossEntropy(LabelSmoothedCrossEntropy):
         """``bool[batch, len, vocab]``: what the search allows at each position of ``labels``, and the label."""
         vocab = len(self.constraint.opens)
         return self.constraint.allowed_along(labels) | tf.one_hot(labels, vocab, on_value=True, off_value=False)
+
+    def softmax_tokens(self):
+        return self.allowed if self.over == "allowed" else None
 
     def token_loss(self, labels, logits):
         allowed = self.allowed(labels)  # [batch, len, vocab]

@@ -1,6 +1,6 @@
 """Token metrics reported beside the loss: accuracy, perplexity and the target tokens counted (for tokens/s).
 
-Accuracy and perplexity are over the tokens the model's loss is over: every
+Accuracy and perplexity are over the tokens the loss's softmax is over: every
 token, or for a parser trained over the allowed set (``--tree_loss allowed``)
 the tokens the tree constraint allows at each position (``allowed``).
 """

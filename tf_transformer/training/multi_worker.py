@@ -189,7 +189,7 @@ def _evaluation(model: keras.Model, validation: tf.data.Dataset, agree, requests
     validates the same batches, so all stop at the same one.
     """
     loss_fn = model.loss
-    perplexity = TokenPerplexity()
+    perplexity = TokenPerplexity(allowed=loss_fn.softmax_tokens())  # as compile_model's
 
     @tf.function
     def batch(features, labels):

@@ -15,7 +15,7 @@ def compile_model(
     accumulate_steps: int = 1,
     jit_compile: bool = False,
     tree=None,
-    tree_loss: str = "allowed",
+    tree_loss: str = "full",
 ):
     """Compiles with the paper's recipe: label smoothing (5.4), Adam 0.9/0.98/1e-9 and eq. 3 (5.3).
 
@@ -29,11 +29,11 @@ def compile_model(
     optimizer = paper_optimizer(config.d_model, config.warmup_steps, config.learning_rate_scale, accumulate_steps)
     if model.dtype_policy.name == "mixed_float16":
         optimizer = GlobalLossScaleOptimizer(optimizer, name="loss_scale_optimizer")
-    if tree:
+    if tree is not None and tree_loss != "full":
         loss = TreeCrossEntropy(tree, config.label_smoothing, accumulate_steps=accumulate_steps, over=tree_loss)
     else:
         loss = LabelSmoothedCrossEntropy(config.label_smoothing, accumulate_steps=accumulate_steps)
-    over = loss.allowed if tree and tree_loss == "allowed" else None  # the metrics are over the loss's tokens
+    over = loss.softmax_tokens()  # the metrics count what the loss's softmax is over
     model.compile(
         optimizer=optimizer,
         loss=loss,

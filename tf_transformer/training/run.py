@@ -306,7 +306,8 @@ def _check_symbols(tokenizer, symbols: list[str], model_dir: str, place: RunPlac
         raise resume.ResumeError(
             f"{run_dir.vocabulary_path(model_dir)} ({source}) has no piece for the target symbol(s) "
             f"{' '.join(missing[:8])}{' …' if len(missing) > 8 else ''}: its targets were written otherwise "
-            "(another --linearization or --closings). Train with the options its vocabulary was made for"
+            "(another --linearization or --closings). Train with the options its vocabulary was made for, or "
+            "remove it for a new vocabulary (without --init_from)"
         )
 
 

@@ -57,7 +57,8 @@ CLOSINGS = RUN_CLOSINGS
 DEFAULT_CLOSINGS = "labeled"  # docs/parsing.md#training-as-it-decodes
 BARE_CLOSING = ")"
 PLACEHOLDER = "XX"
-SYMBOL_PATTERN = r"[()]\S+|\)|XX"  # (NP )NP ) (NNP) XX: the symbols of every scheme
+SYMBOL_PATTERN = r"[()]\S+|XX"  # (NP )NP (NNP) XX: the symbols of every scheme
+BARE_SYMBOL_PATTERN = r"[()]\S+|\)|XX"  # and the bare closing ) (its own, so labelled runs keep their caches)
 TOP_LABEL = "S"  # the label given to a root the repair has to add (the commonest sentence root in WSJ)
 
 
@@ -232,6 +233,11 @@ def _put_words(root: Tree, taken: dict[int, list[str]], repairs: Repairs) -> Tre
         return [Tree(node.label(), children)]
 
     return rebuild(root)[0]
+
+
+def symbol_pattern(closings: str) -> str:
+    """The pattern of the target symbols under ``closings`` (:data:`SYMBOL_PATTERN`, :data:`BARE_SYMBOL_PATTERN`)."""
+    return SYMBOL_PATTERN if closings == DEFAULT_CLOSINGS else BARE_SYMBOL_PATTERN
 
 
 def symbol_inventory(trees, scheme: str) -> list[str]:

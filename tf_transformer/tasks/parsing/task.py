@@ -34,10 +34,10 @@ from tf_transformer.tasks.parsing.linearization import (
     DEFAULT_SCHEME,
     PLACEHOLDER,
     SCHEMES,
-    SYMBOL_PATTERN,
     Repairs,
     linearize,
     repair,
+    symbol_pattern,
 )
 from tf_transformer.tasks.parsing.penn import penn_tokens
 from tf_transformer.tasks.task import Splits, Task
@@ -51,7 +51,6 @@ class Parsing(Task):
     name = "parsing"
     metric = "f1"
     splits = Splits("wsj_0001-wsj_0159", "wsj_0160-wsj_0179")
-    symbol_pattern = SYMBOL_PATTERN
     decoding = PARSING_DECODING  # section 6.3's beam 21, α 0.3 and input + 300
     word_tokenizer = "penn"  # an export takes raw English text (penn.penn_tokenize)
     tree_loss = "full"  # docs/parsing.md#training-as-it-decodes
@@ -63,6 +62,7 @@ class Parsing(Task):
         self.closings = closings or DEFAULT_CLOSINGS
         if self.closings not in CLOSINGS:
             raise ValueError(f"--closings must be one of {', '.join(CLOSINGS)}, got {self.closings!r}")
+        self.symbol_pattern = symbol_pattern(self.closings)
         self.tree = self.linearization  # decoded as well-formed trees of it (constraint.TreeConstraint)
 
     def corpus(self, options, split: str) -> pipelines.ParallelText:
@@ -73,7 +73,7 @@ class Parsing(Task):
             token
             for line in read_lines(corpus.target_path)
             for token in line.split()
-            if re.fullmatch(SYMBOL_PATTERN, token)  # words (--linearization words) are SentencePiece text
+            if re.fullmatch(self.symbol_pattern, token)  # words (--linearization words) are SentencePiece text
         )
         return sorted(counts, key=lambda symbol: (-counts[symbol], symbol))
 
