@@ -27,6 +27,9 @@ class Setting:
       minimum: the smallest allowed value (``None``: none).
       maximum: the largest allowed value (``None``: none here; a model may bound it).
       open_minimum: ``minimum`` itself is not allowed (a temperature must be positive).
+      ceiling: for a setting without a natural maximum, the largest value taken: far beyond any useful
+        value, it refuses infinity and values whose arithmetic would overflow float32 or make the
+        bans on PAD, BOS and an early EOS drawable.
       help: what it does, for ``--help`` and error messages.
       group: ``"Decoding"`` (beam search) or ``"Sampling"``: the word its errors start with.
     """
@@ -37,6 +40,7 @@ class Setting:
     minimum: int | float | None
     maximum: int | float | None = None
     open_minimum: bool = False
+    ceiling: int | float | None = None
     help: str = ""
     group: str = "Decoding"
 
@@ -62,16 +66,34 @@ class Setting:
         below = low is not None and (value <= low if self.open_minimum else value < low)
         if below or (high is not None and value > high) or (isinstance(value, float) and math.isnan(value)):
             return f"{self.group} option {self.name} must {self.requirement()}, got {value}"
+        if self.ceiling is not None and value > self.ceiling:
+            return f"{self.group} option {self.name} must be at most {self.ceiling}, got {value}"
         return None
 
 
 _SETTINGS = (
     Setting("beam_size", "int32", 4, 1, help="Beam size K (section 6.1: 4)."),
-    Setting("alpha", "float32", 0.6, 0, help="Length penalty α of ((5 + length) / 6)^α (section 6.1: 0.6; 0: none)."),
+    Setting(
+        "alpha",
+        "float32",
+        0.6,
+        0,
+        ceiling=10.0,
+        help="Length penalty α of ((5 + length) / 6)^α (section 6.1: 0.6; 0: none).",
+    ),
     Setting("nbest", "int32", 1, 1, help="Hypotheses per input, best first (at most the beam size)."),
     Setting("min_length", "int32", 2, 0, help="No EOS before this many output tokens, EOS counted (2: never first)."),
     Setting("max_extra_length", "int32", 50, 0, help="Longest output = input length + this, EOS counted (6.1: 50)."),
-    Setting("temperature", "float32", 1.0, 0, open_minimum=True, group="Sampling", help="Divide log-probs by this."),
+    Setting(
+        "temperature",
+        "float32",
+        1.0,
+        0,
+        open_minimum=True,
+        ceiling=100.0,
+        group="Sampling",
+        help="Divide log-probs by this.",
+    ),
     Setting("top_k", "int32", 0, 0, group="Sampling", help="Draw among the k most probable tokens (0: all)."),
     Setting(
         "top_p", "float32", 1.0, 0, 1, open_minimum=True, group="Sampling", help="Then among the fewest reaching p."

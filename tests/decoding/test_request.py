@@ -51,6 +51,9 @@ def test_settings_out_of_their_range_are_refused_by_name():
         ({"min_length": -1}, "min_length", "must not be negative"),
         ({"beam_size": 2, "nbest": 3}, "nbest", "must be at most beam_size"),
         ({"beam_size": "4"}, "beam_size", "must be an integer"),
+        ({"alpha": float("inf")}, "alpha", "must be at most 10"),
+        ({"alpha": 1e30}, "alpha", "must be at most 10"),
+        ({"alpha": float("nan")}, "alpha", "must not be negative"),
     ]:
         with pytest.raises(RequestError, match=words) as raised:
             DecodeRequest(**values)
@@ -60,6 +63,8 @@ def test_settings_out_of_their_range_are_refused_by_name():
         ({"top_k": -1}, "top_k must not be negative"),
         ({"top_p": 0.0}, r"top_p must be in \(0, 1\]"),
         ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"),
+        ({"temperature": float("inf")}, "temperature must be at most 100"),
+        ({"temperature": 1e8}, "temperature must be at most 100"),
     ]:
         with pytest.raises(RequestError, match="Sampling option " + words):
             Sampling(**values)

@@ -177,6 +177,7 @@ def test_options_choose_beam_n_best_alpha_and_lengths_per_request(loaded, transl
         ({"nbest": 0}, "nbest must be at least 1"),
         ({"max_extra_length": 11}, "max_extra_length must be at most 10"),
         ({"alpha": -1.0}, "alpha must not be negative"),
+        ({"alpha": float("inf")}, "alpha must be at most 10"),
     ],
 )
 def test_options_out_of_range_are_refused_by_name(loaded, change, message):
@@ -293,6 +294,20 @@ def test_sampling_options_are_checked():
             Sampling(**wrong)
     assert Sampling(seed=3).batch_seed(["a", "b"]) == Sampling(seed=3).batch_seed(["a", "b"])
     assert Sampling(seed=3).batch_seed(["a", "b"]) != Sampling(seed=3).batch_seed(["a", "c"])
+
+
+def test_bans_hold_at_any_temperature():
+    """PAD, BOS and an early EOS are banned at NEG_INF before the draw; tempering must not bring them within reach
+    (divided by 1e8, -1e9 was -10: drawable beside tokens at -1e-8), nor a small temperature push every token
+    past them."""
+    from tf_transformer.decoding.beam_search import NEG_INF
+
+    log_probs = tf.constant([[NEG_INF, NEG_INF, np.log(0.5), np.log(0.3), np.log(0.2)]], tf.float32)
+    for temperature in (1e8, 100.0, 1.0, 1e-3, 1e-30):
+        logits = np.asarray(filter_log_probs(log_probs, temperature=temperature))
+        assert (logits[0, :2] == NEG_INF).all() and (logits[0, 2:] > NEG_INF / 2).any(), (temperature, logits)
+        draws = tf.random.stateless_categorical(tf.repeat(logits, 200, axis=0), 1, seed=[1, 2])
+        assert (draws.numpy() >= 2).all(), temperature
 
 
 def test_filter_keeps_at_least_the_most_probable_token():

@@ -62,6 +62,8 @@ def test_scalars_need_the_columnar_format(server):
         ({"max_extra_length": 11}, "max_extra_length must be at most 10"),
         ({"target_prefix": ["a"]}, "'target_prefix' has 1 entries but 'inputs' has 3"),
         ({"beam_size": 2**31}, "'beam_size' is outside int32"),
+        ({"alpha": float("inf")}, "alpha must be at most 10"),
+        ({"alpha": 1e300}, "alpha must be at most 10"),
     ],
 )
 def test_wrong_options_are_400_naming_them(server, change, message):
@@ -88,6 +90,14 @@ def test_scoring_takes_rows_and_gives_back_the_search_scores(server):
     for row, answer in zip(rows[:2], reply["predictions"][:2], strict=True):  # "" is given score 0 by convention
         assert row["scores"] == pytest.approx(answer["scores"], abs=2e-4)
         assert sum(row["token_log_probs"]) == pytest.approx(row["log_probs"], abs=1e-3)
+
+
+def test_a_temperature_out_of_range_is_400_naming_it(server):
+    """JSON's Infinity and a huge number: a temperature that would make the banned tokens drawable is refused."""
+    for temperature in (float("inf"), 1e8):
+        inputs = {"inputs": SENTENCES, "seed": 5, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+        status, reply = predict(server, {"signature_name": "sample", "inputs": {**inputs, "max_extra_length": 6}})
+        assert status == 400 and "temperature must be at most 100" in reply["error"], reply
 
 
 def test_sampling_is_reproducible_across_requests(server):

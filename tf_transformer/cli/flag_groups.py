@@ -79,8 +79,8 @@ def _define_setting(name: str, default, note: str) -> None:
     bounds = {}
     if setting.minimum is not None and not setting.open_minimum:
         bounds["lower_bound"] = setting.minimum
-    if setting.maximum is not None:
-        bounds["upper_bound"] = setting.maximum
+    if setting.maximum is not None or setting.ceiling is not None:
+        bounds["upper_bound"] = setting.maximum if setting.maximum is not None else setting.ceiling
     define(name, default, setting.help.rstrip(".") + note + "." + default_text, **bounds)
 
 

@@ -188,6 +188,8 @@ class DecodeRequest:
                 found.append(Limit(name, op, setting.minimum, setting.requirement()))
             if setting.maximum is not None:
                 found.append(Limit(name, "<=", setting.maximum, setting.requirement()))
+            if setting.ceiling is not None:
+                found.append(Limit(name, "<=", setting.ceiling, f"be at most {setting.ceiling}"))
         most = options.max_extra_length
         found.append(Limit("max_extra_length", "<=", most, f"be at most {most}, this model's most"))
         if self.sampling is None:

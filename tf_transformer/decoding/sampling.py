@@ -9,8 +9,9 @@ model's next-token log-probabilities divided by a ``temperature``, cut to its
 at least ``top_p`` (nucleus sampling, Holtzman et al., 2020), and renormalized.
 
 Draws are seeded and stateless (``tf.random.stateless_categorical`` with the
-seed ``[seed, step]``): the same seed and the same batch give the same outputs,
-on any machine and in any process. A draw depends on its row's place in the
+seed ``[seed, step]``): the same seed and the same batch give the same outputs
+in any process on one machine and TensorFlow build (another CPU's kernels may
+round a log-probability differently, and so draw another token). A draw depends on its row's place in the
 batch and on the batch's shape, as every stateless draw does: the same
 sentences batched differently are other draws.
 """
@@ -29,9 +30,16 @@ def filter_log_probs(log_probs, temperature=1.0, top_k=0, top_p=1.0):
     ``top_k`` 0 keeps every token; ``top_p`` 1 keeps every token. Top-p keeps the
     most probable tokens up to and including the first at which the (tempered,
     top-k) probabilities sum to ``top_p``, so at least one token is always kept.
-    The result is unnormalized (what a categorical draw takes).
+    The result is unnormalized (what a categorical draw takes). Tokens already
+    at ``NEG_INF`` (PAD, BOS, an early EOS, what a constraint refuses) stay there
+    whatever the temperature: divided by a large one they would come within
+    reach. The log-probabilities are shifted so that the most probable is 0
+    before dividing, so that a small temperature cannot push every token past
+    ``NEG_INF`` (or float32's range) either.
     """
-    logits = log_probs / tf.cast(temperature, tf.float32)  # [batch, vocab]
+    banned = log_probs <= NEG_INF / 2  # [batch, vocab]
+    best = tf.reduce_max(log_probs, axis=-1, keepdims=True)  # [batch, 1]
+    logits = tf.where(banned, NEG_INF, (log_probs - best) / tf.cast(temperature, tf.float32))  # [batch, vocab]
     vocab = tf.shape(logits)[-1]
     k = tf.where(top_k > 0, tf.minimum(top_k, vocab), vocab)
 
