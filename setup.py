@@ -21,6 +21,9 @@ INSTALL_REQUIRES = [
     # tft-import: the weights of OPUS-MT models (model.safetensors), and Marian's own layout (YAML files).
     "safetensors==0.8.0",
     "pyyaml==6.0.4",
+    # tft-serve: HTTP/1.1 (keep-alive, pipelining, chunked bodies) on one event loop, and the Prometheus metrics.
+    "aiohttp==3.14.5",
+    "prometheus-client==0.26.0",
 ]
 
 EXTRAS_REQUIRE = {

@@ -16,12 +16,21 @@ malformed JSON, wrong types, oversize bodies, overlong sentences and
 mid-request disconnects, reporting the answers by kind and the server's resident
 memory after a warm-up round and after the run. The last line printed is one
 JSON object. Client helpers: ``tests/serving``.
+
+    python -m benchmarks.serving --vs_checkout ../before --rounds 8
+
+compares this checkout's server with another checkout's (say, a worktree of an
+earlier commit) instead: both serve the same export side by side, and rounds of
+``--clients`` clients sending single sentences alternate between them, so that
+the host's drift falls on both alike; each server's median over its rounds and
+the ratios are printed.
 """
 
 from __future__ import annotations
 
 import collections
 import json
+import os
 import time
 
 import numpy as np
@@ -37,6 +46,8 @@ flags.DEFINE_string("sentences", "../shared/data/multi30k/test_2016_flickr.en", 
 flags.DEFINE_integer("clients", 16, "Concurrent clients.")
 flags.DEFINE_integer("requests", 25, "Requests per client, one sentence each.")
 flags.DEFINE_integer("warmup", 3, "Requests per client before measuring.")
+flags.DEFINE_string("vs_checkout", None, "Another checkout: compare its tft-serve with this one's (alone).")
+flags.DEFINE_integer("rounds", 8, "With --vs_checkout: measured rounds per server, alternating.")
 
 LAYOUTS = {
     "batching": [],  # two batch threads, each op of a batch on one core of two
@@ -49,13 +60,24 @@ LAYOUTS = {
 def measure(flags_: list[str], sentences: list[str]) -> dict:
     server = Server(FLAGS.model, *flags_)
     try:
-        load = dict(sentences=sentences, overlong="", max_request_bytes=0, clients=FLAGS.clients, kinds=("good",))
-        run_load(server.port, server.name, requests=FLAGS.warmup, seed=10_000, **load)
-        start = time.perf_counter()
-        results = run_load(server.port, server.name, requests=FLAGS.requests, **load)
-        seconds = time.perf_counter() - start
+        warm_up(server, sentences)
+        result = one_round(server, sentences)
     finally:
         server.stop()
+    return result
+
+
+def warm_up(server: Server, sentences: list[str]) -> None:
+    load = dict(sentences=sentences, overlong="", max_request_bytes=0, clients=FLAGS.clients, kinds=("good",))
+    run_load(server.port, server.name, requests=FLAGS.warmup, seed=10_000, **load)
+
+
+def one_round(server: Server, sentences: list[str], seed: int = 0) -> dict:
+    """``--clients`` clients sending ``--requests`` single sentences each: sentences/s, p50/p99 latency."""
+    load = dict(sentences=sentences, overlong="", max_request_bytes=0, clients=FLAGS.clients, kinds=("good",))
+    start = time.perf_counter()
+    results = run_load(server.port, server.name, requests=FLAGS.requests, seed=seed, **load)
+    seconds = time.perf_counter() - start
     failed = [status for _, _, status, _, _ in results if status != 200]
     if failed:
         raise SystemExit(f"{len(failed)} requests failed: {failed[:5]}")
@@ -66,6 +88,41 @@ def measure(flags_: list[str], sentences: list[str]) -> dict:
         "p50_ms": round(float(np.percentile(latencies, 50)) * 1000, 1),
         "p99_ms": round(float(np.percentile(latencies, 99)) * 1000, 1),
         "translations": translations,
+    }
+
+
+def compare(sentences: list[str]) -> dict:
+    """This checkout's server against ``--vs_checkout``'s, default flags, rounds alternating (the same seeds)."""
+    servers = {  # both started the same way: `python -m` with their checkout first on the path
+        "this": Server(FLAGS.model, checkout=os.getcwd()),
+        "other": Server(FLAGS.model, checkout=FLAGS.vs_checkout),
+    }
+    rounds = {name: [] for name in servers}
+    try:
+        for server in servers.values():
+            warm_up(server, sentences)
+        for r in range(FLAGS.rounds):
+            for name in ("this", "other") if r % 2 == 0 else ("other", "this"):
+                result = one_round(servers[name], sentences, seed=100 * r)
+                result.pop("translations")
+                rounds[name].append(result)
+    finally:
+        for server in servers.values():
+            server.stop()
+    median = {
+        name: {key: float(np.median([row[key] for row in rows])) for key in rows[0]} for name, rows in rounds.items()
+    }
+    return {
+        "benchmark": "serving_vs_checkout",
+        "machine": machine(),
+        "model": FLAGS.model,
+        "other_checkout": os.path.abspath(FLAGS.vs_checkout),
+        "clients": FLAGS.clients,
+        "requests_per_round": FLAGS.clients * FLAGS.requests,
+        "rounds": FLAGS.rounds,
+        "median": median,
+        "this_vs_other": {key: round(median["this"][key] / median["other"][key], 3) for key in median["this"]},
+        "per_round": rounds,
     }
 
 
@@ -98,6 +155,9 @@ def main(argv):
     del argv
     with open(FLAGS.sentences, encoding="utf-8") as handle:
         sentences = [line.rstrip("\n") for line in handle][:500]
+    if FLAGS.vs_checkout:
+        print(json.dumps(compare(sentences)))
+        return
     results = {name: measure(flags_, sentences) for name, flags_ in LAYOUTS.items()}
     lone = results["one_at_a_time"].pop("translations")
     merged = results["batching"].pop("translations")

@@ -154,7 +154,7 @@ def test_keep_alive_after_404_reads_the_next_request(server):
 
 def test_a_stalled_client_is_disconnected_and_others_are_served(server, expected):
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as stalled:
-        stalled.sendall(b"POST /v1/models/tiny_en_de:predict HTTP/1.1\r\nContent-Length: 50\r\n\r\n{")
+        stalled.sendall(b"POST /v1/models/tiny_en_de:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{")
         start = time.monotonic()
         status, reply = server.post({"instances": ["zeta"]})
         assert status == 200 and reply["predictions"][0]["translations"] == expected[0]

@@ -55,17 +55,27 @@ def responses(data: bytes) -> list[tuple[int, dict]]:
 
 
 class Server:
-    """``tft-serve --model MODEL`` on a free port of 127.0.0.1, waited for until ready."""
+    """``tft-serve --model MODEL`` on a free port of 127.0.0.1, waited for until ready.
 
-    def __init__(self, model, *flags, startup_seconds=180):
+    ``checkout``: run another checkout's tft-serve (its directory first on the
+    module path) with this environment's packages, e.g. to compare versions.
+    """
+
+    def __init__(self, model, *flags, startup_seconds=180, checkout=None):
         self.name = os.path.basename(os.path.abspath(str(model)))  # the model's name in URLs
         self.port = free_port()
         self._log = tempfile.TemporaryFile()  # the server's standard error, read only if it fails to start
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        command = [os.path.join(BIN, "tft-serve")]
+        if checkout is not None:
+            env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(checkout), env.get("PYTHONPATH", "")]).rstrip(":")
+            command = [sys.executable, "-m", "tf_transformer.cli.serve"]
         self.process = subprocess.Popen(
-            [os.path.join(BIN, "tft-serve"), "--model", str(model), "--port", str(self.port), *flags],
+            [*command, "--model", os.path.abspath(str(model)), "--port", str(self.port), *flags],
             stdout=subprocess.DEVNULL,
             stderr=self._log,
-            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+            env=env,
+            cwd=checkout,
         )
         deadline = time.monotonic() + startup_seconds
         while True:

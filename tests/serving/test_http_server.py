@@ -1,5 +1,6 @@
 """RestServer with a stand-in model: bounded connections, graceful stop, answers while loading (no TensorFlow)."""
 
+import concurrent.futures
 import functools
 import socket
 import threading
@@ -47,6 +48,9 @@ class Versions:
     def status(self, version=None):
         return {"model_version_status": [{"version": "1", "state": "AVAILABLE"}]}
 
+    def load_seconds(self):
+        return {1: 0.5}
+
     def stop(self):
         pass
 
@@ -60,7 +64,7 @@ def start(model, batching=False, **kwargs):
 
 
 def test_connections_over_the_limit_get_503_at_once():
-    server, port = start(SlowModel(), num_threads=1)  # one handled, one waiting
+    server, port = start(SlowModel(), max_connections=2)
     try:
         held = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]  # idle keep-alive clients
         time.sleep(0.3)
@@ -69,8 +73,9 @@ def test_connections_over_the_limit_get_503_at_once():
         for connection in held:
             connection.close()
         deadline = time.monotonic() + 20
-        while True:  # the slots come back once the handlers see the clients gone
-            status = responses(raw_exchange(port, b"GET /v1/models/m HTTP/1.1\r\nConnection: close\r\n\r\n"))[0][0]
+        while True:  # the slots come back once the server sees the clients gone
+            get = b"GET /v1/models/m HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            status = responses(raw_exchange(port, get))[0][0]
             if status == 200:
                 break
             assert status == 503 and time.monotonic() < deadline
@@ -107,7 +112,7 @@ def test_a_client_that_dribbles_its_request_is_cut_off():
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=30) as slow:
             started, closed_after = time.monotonic(), None
-            for byte in b"POST /v1/models/m:predict HTTP/1.1\r\nContent-Length: 5\r\n\r\n{":
+            for byte in b"POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n{":
                 try:
                     slow.sendall(bytes([byte]))
                     time.sleep(0.3)
@@ -126,11 +131,11 @@ def test_a_client_that_dribbles_its_request_is_cut_off():
 def test_expect_100_continue_gets_413_before_the_body():
     server, port = start(SlowModel(), max_request_bytes=100)
     try:
-        head = b"POST /v1/models/m:predict HTTP/1.1\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n"
+        head = b"POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n"
         [(status, reply)] = responses(raw_exchange(port, head, timeout=10))
         assert status == 413 and "exceeds the limit of 100" in reply["error"]
-        [(status, reply)] = responses(raw_exchange(port, b"PUT /v1/models/m HTTP/1.1\r\n\r\n", timeout=10))
-        assert status == 501 and reply["error"]  # http.server's own errors, as JSON too
+        [(status, reply)] = responses(raw_exchange(port, b"PUT /v1/models/m HTTP/1.1\r\nHost: x\r\n\r\n", timeout=10))
+        assert status == 501 and reply["error"]  # the server's own errors, as JSON too
     finally:
         server.stop()
 
@@ -208,7 +213,7 @@ def test_a_client_that_does_not_read_its_answer_frees_the_thread_at_the_deadline
     and then, cannot hold the only handler thread."""
     server, port = start(BigAnswer(40_000_000), num_threads=1, timeout_seconds=1.0, max_response_bytes=100_000_000)
     body = b'{"instances": ["a"]}'
-    head = f"POST /v1/models/m:predict HTTP/1.1\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    head = f"POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode()
     try:
         with (
             socket.create_connection(("127.0.0.1", port)) as silent,
@@ -238,7 +243,7 @@ def test_stop_answers_every_connection_already_accepted():
     but the server not yet taken (simulated by ending the accept loop before stop())."""
     server, port = start(SlowModel(seconds=2.0), batching=True, num_threads=1, timeout_seconds=30)
     body = b'{"instances": ["ab"]}'
-    predict = f"POST /v1/models/m:predict HTTP/1.1\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+    predict = f"POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
     answers = {}
 
     def exchange(name, connection):
@@ -306,3 +311,190 @@ def test_any_raw_body_over_http_is_answered_and_never_500(echo_port, raw):
     """Bodies as bytes (tests/serving/test_requests.py), through the handler: 200 or a 4xx, never a 500."""
     status, reply = request(echo_port, "POST", "/v1/models/m:predict", raw=raw, timeout=30)
     assert status == 200 or (400 <= status < 500 and isinstance(reply["error"], str)), (status, reply)
+
+
+def test_keep_alive_answers_several_requests_on_one_connection_and_pipelined_ones_in_order(echo_port):
+    import http.client
+    import json
+
+    connection = http.client.HTTPConnection("127.0.0.1", echo_port, timeout=30)
+    try:
+        sockets = set()
+        for i in range(5):
+            body = json.dumps({"instances": [f"s{i}"]})
+            connection.request("POST", "/v1/models/m:predict", body=body, headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            reply = json.loads(response.read())
+            assert response.status == 200 and reply == {"predictions": [{"translations": f"s{i}"}]}
+            sockets.add(id(connection.sock))
+        assert len(sockets) == 1  # never reconnected
+    finally:
+        connection.close()
+    bodies = [json.dumps({"instances": [f"p{i}"]}).encode() for i in range(3)]
+    pipelined = b"".join(
+        f"POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+        for body in bodies
+    )
+    last = b"GET /v1/models/m HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    answers = responses(raw_exchange(echo_port, pipelined + last))
+    assert answers[:3] == [(200, {"predictions": [{"translations": f"p{i}"}]}) for i in range(3)]
+    assert answers[3][0] == 200 and len(answers) == 4
+
+
+def test_a_chunked_request_body_is_read_and_one_over_the_limit_is_413():
+    import http.client
+    import json
+
+    server, port = start(EchoModel(), max_request_bytes=1000)
+    try:
+        for pieces, expected in (
+            ([b'{"instances": ', b'["chunk', b'ed"]}'], (200, {"predictions": [{"translations": "chunked"}]})),
+            ([b'{"instances": ["'] + [b"a" * 100] * 20 + [b'"]}'], 413),
+        ):
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            try:
+                connection.request("POST", "/v1/models/m:predict", body=iter(pieces), encode_chunked=True)
+                response = connection.getresponse()
+                reply = (response.status, json.loads(response.read()))
+            finally:
+                connection.close()
+            if expected == 413:
+                assert reply[0] == 413 and "limit of 1000" in reply[1]["error"], reply
+            else:
+                assert reply == expected
+    finally:
+        server.stop()
+
+
+def test_a_thousand_idle_connections_are_held_while_predictions_answer():
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2500:  # both ends of each connection live in this process
+        if hard != resource.RLIM_INFINITY and hard < 2500:
+            pytest.skip(f"needs 2,500 file descriptors; the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (2500, hard))
+    server, port = start(EchoModel(), batching=True, timeout_seconds=120)
+    idle = []
+    try:
+        for _ in range(1000):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=30))
+        for i, connection in enumerate(idle[::100]):  # some idle after a request, the rest before any
+            connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert connection.recv(65536).startswith(b"HTTP/1.1 200"), i
+        deadline = time.monotonic() + 30
+        while len(server._connections) < 1000:  # accepted, one by one, on the event loop
+            assert time.monotonic() < deadline, len(server._connections)
+            time.sleep(0.05)
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            replies = list(
+                pool.map(
+                    lambda i: request(port, "POST", "/v1/models/m:predict", {"instances": [f"s{i}"]}, timeout=30),
+                    range(32),
+                )
+            )
+        assert replies == [(200, {"predictions": [{"translations": f"s{i}"}]}) for i in range(32)]
+        for connection in idle[:10]:  # still open: nothing to read, no end of input
+            connection.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                connection.recv(1)
+    finally:
+        for connection in idle:
+            connection.close()
+        server.stop()
+
+
+def test_metrics_count_requests_batches_and_versions():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    server, port = start(EchoModel(), batching=True)
+    try:
+        for i in range(3):
+            assert request(port, "POST", "/v1/models/m:predict", {"instances": [f"a{i}", "b"]})[0] == 200
+        assert request(port, "POST", "/v1/models/m:predict", raw=b"{")[0] == 400
+        assert request(port, "GET", "/v1/models/other")[0] == 404
+        connection = socket.create_connection(("127.0.0.1", port), timeout=30)
+        connection.sendall(b"GET /monitoring/prometheus/metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = b""
+        while chunk := connection.recv(65536):
+            data += chunk
+        connection.close()
+        head, _, text = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and b"Content-Type: text/plain; version=" in head
+        samples = {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text.decode())
+            for sample in family.samples
+        }
+
+        def value(name, **labels):
+            return samples[(name, tuple(sorted({"model": "m", **labels}.items())))]
+
+        assert value("tft_serving_requests_total", api="predict", signature="serving_default", status="200") == 3
+        assert value("tft_serving_requests_total", api="predict", signature="", status="400") == 1
+        assert value("tft_serving_requests_total", api="other", signature="", status="404") == 1
+        assert value("tft_serving_request_latency_seconds_count", api="predict", signature="serving_default") == 3
+        assert value("tft_serving_batch_size_sum") == 6  # three batches of two sentences (one request each)
+        assert value("tft_serving_batch_size_count") == 3
+        assert value("tft_serving_queue_wait_seconds_count") == 3
+        assert value("tft_serving_model_version_state", version="1", state="AVAILABLE") == 1
+        assert value("tft_serving_model_load_seconds", version="1") == 0.5
+        assert value("tft_serving_open_connections") == 1  # this scrape's
+    finally:
+        server.stop()
+
+
+def test_a_keep_alive_connection_in_use_outlives_the_request_deadline():
+    """Each request has the timeout from its own first byte: requests every 0.4 s keep a connection with a 1 s
+    timeout open for longer than that, and a request started well after the last one is still read."""
+    import http.client
+
+    server, port = start(EchoModel(), timeout_seconds=1.0)
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        sockets = set()
+        for _ in range(6):  # 2.4 s in all
+            connection.request("GET", "/healthz")
+            response = connection.getresponse()
+            assert response.status == 200 and response.read() == b'{"status": "serving"}'
+            sockets.add(id(connection.sock))
+            time.sleep(0.4)
+        assert len(sockets) == 1
+    finally:
+        connection.close()
+        server.stop()
+
+
+def test_a_connection_with_an_unread_answer_is_released_and_does_not_hold_up_a_stop():
+    """A client that pipelines requests and reads no answer, until some of an answer waits in the server's own
+    buffer: the connection must still be dropped (closing it would wait for the client to read those bytes), so
+    it leaves the server's count and a stop does not wait for it."""
+    server, port = start(EchoModel(), timeout_seconds=1.0)
+    silent = socket.socket()
+    silent.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    silent.connect(("127.0.0.1", port))
+    silent.settimeout(10)
+    try:
+        deadline = time.monotonic() + 10
+        while not server._connections:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        [connection] = server._connections
+        connection.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        buffered = 0
+        while not buffered and time.monotonic() < deadline:
+            silent.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 20)
+            time.sleep(0.02)
+            transport = connection.transport
+            buffered = transport.get_write_buffer_size() if transport is not None else -1
+        assert buffered, "the server's buffer never held an answer"
+        deadline = time.monotonic() + 15
+        while server._connections and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not server._connections
+        started = time.monotonic()
+        server.stop()  # the client is still there, still not reading
+        assert time.monotonic() - started < 5
+    finally:
+        silent.close()
+        server.stop()

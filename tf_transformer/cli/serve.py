@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from tf_transformer.cli import run_main
 from tf_transformer.cli.flag_groups import apply_thread_flags, define_thread_flags
@@ -56,11 +56,22 @@ flags.DEFINE_integer(
 flags.DEFINE_integer(
     "rest_api_timeout_in_ms",
     30000,
-    "A connection idle or stalled this long is closed, and an answer not read within it given up.",
+    "A connection idle this long is closed, a request must arrive within it of its first byte, and an answer "
+    "not read within it is given up.",
     lower_bound=1,
 )
 flags.DEFINE_integer(
-    "rest_api_num_threads", 32, "Connections handled at once (as many more wait; beyond, 503).", lower_bound=1
+    "rest_api_num_threads",
+    32,
+    "Threads that parse requests, encode answers and decode without --enable_batching (the connections "
+    "themselves share one event loop).",
+    lower_bound=1,
+)
+flags.DEFINE_integer(
+    "max_connections",
+    4096,
+    "Open connections held at once, idle ones included; beyond, a new one is answered 503 and closed.",
+    lower_bound=1,
 )
 flags.DEFINE_float(
     "file_system_poll_wait_seconds",
@@ -71,9 +82,36 @@ flags.DEFINE_float(
 define_thread_flags()
 
 
+OWN_FILES = 256  # besides connections: the model's files, the threads' pipes, the listening socket
+
+
+def open_files_for(connections: int) -> int:
+    """Raises the open-file limit to hold ``connections`` sockets, up to the hard limit (a soft limit of 1,024
+    is common); the connections it allows, fewer than asked (with a warning) when the hard limit is lower."""
+    import resource
+
+    wanted = connections + OWN_FILES
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target >= wanted:
+        return connections
+    allowed = max(1, target - OWN_FILES)
+    logging.warning(
+        "--max_connections %d needs %d open files and the hard limit is %d: holding %d, the rest answered 503",
+        connections,
+        wanted,
+        hard,
+        allowed,
+    )
+    return allowed
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    max_connections = open_files_for(FLAGS.max_connections)
     apply_thread_flags(FLAGS.num_batch_threads if FLAGS.enable_batching else 1)
     from tf_transformer.serving import make_server, serve_until_signalled
 
@@ -92,6 +130,7 @@ def main(argv):
             max_response_bytes=FLAGS.max_response_bytes,
             timeout_seconds=FLAGS.rest_api_timeout_in_ms / 1000,
             num_threads=FLAGS.rest_api_num_threads,
+            max_connections=max_connections,
             poll_seconds=FLAGS.file_system_poll_wait_seconds,
         )
     except FileNotFoundError as error:

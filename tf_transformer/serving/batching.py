@@ -25,6 +25,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from absl import logging
+
 from tf_transformer.serving.requests import Unavailable
 
 
@@ -47,12 +49,15 @@ class BatchScheduler:
         batch_timeout_micros: int = 1000,
         num_batch_threads: int = 1,
         max_enqueued_batches: int = 16,
+        observe: Callable[[int, list[float]], None] | None = None,
     ):
+        """``observe(sentences, waits)`` is told of each batch as it starts: its size and each request's wait."""
         if min(max_batch_size, num_batch_threads, max_enqueued_batches) < 1 or batch_timeout_micros < 0:
             raise ValueError("batch sizes, threads and queue length must be positive, the timeout not negative")
         self.max_batch_size = max_batch_size
         self.timeout = batch_timeout_micros / 1e6
         self.max_queued_rows = max_enqueued_batches * max_batch_size
+        self.observe = observe
         self._queue: collections.deque[_Task] = collections.deque()
         self._queued_rows = 0
         self._stopping = False
@@ -122,6 +127,12 @@ class BatchScheduler:
     def _work(self) -> None:
         while (batch := self._next_batch()) is not None:
             live = [task for task in batch if task.future.set_running_or_notify_cancel()]
+            if live and self.observe is not None:
+                now = time.monotonic()
+                try:  # never let counting stop the batch thread: its callers would wait for ever
+                    self.observe(sum(len(task.rows) for task in live), [now - task.arrived for task in live])
+                except Exception:
+                    logging.exception("observing a batch failed")
             if live:
                 self._run(live, retry_alone=len(live) > 1)
 

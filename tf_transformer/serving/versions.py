@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections.abc import Callable
 
 from absl import logging
@@ -49,6 +50,7 @@ class ModelVersions:
         self._current: Servable | None = None
         self._states: dict[int, dict] = {}  # version → {"state", "error"}
         self._failed: dict[int, tuple] = {}  # version → the files' signature when its load failed
+        self._load_seconds: dict[int, float] = {}  # version → how long its load took (the loaded ones)
         self._stop = threading.Event()
         self._first_load = threading.Event()  # set once the first load has ended, loaded or not
         self._poller: threading.Thread | None = None
@@ -82,6 +84,7 @@ class ModelVersions:
             return
         self._set_state(target, LOADING)
         files = _files_signature(versions[target])  # before loading: a copy may finish while the load fails
+        started = time.monotonic()
         try:
             servable = self._load(versions[target], target)
         except Exception as error:  # a broken or half-written version: keep serving the one we have
@@ -98,6 +101,7 @@ class ModelVersions:
             return
         with self._lock:
             self._current = servable
+            self._load_seconds[target] = time.monotonic() - started
             self._states[target] = {"state": AVAILABLE, "error": ""}
             if current is not None:
                 self._states[current.version] = {"state": END, "error": ""}
@@ -191,6 +195,11 @@ class ModelVersions:
                 for number, value in sorted(states.items(), reverse=True)
             ]
         }
+
+    def load_seconds(self) -> dict[int, float]:
+        """Version → seconds its load took, for each version loaded since the start."""
+        with self._lock:
+            return dict(self._load_seconds)
 
     @property
     def ready(self) -> bool:
