@@ -296,6 +296,19 @@ def test_sampling_options_are_checked():
     assert Sampling(seed=3).batch_seed(["a", "b"]) != Sampling(seed=3).batch_seed(["a", "c"])
 
 
+def test_the_export_refuses_a_temperature_over_its_ceiling_by_name(loaded):
+    for temperature in (float("inf"), 1e8):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="temperature must be at most 100"):
+            loaded["sample"](
+                inputs=tf.constant(SENTENCES[:2]),
+                seed=tf.constant(3, tf.int64),
+                temperature=tf.constant(temperature),
+                top_k=tf.constant(0),
+                top_p=tf.constant(1.0),
+                max_extra_length=tf.constant(10),
+            )
+
+
 def test_bans_hold_at_any_temperature():
     """PAD, BOS and an early EOS are banned at NEG_INF before the draw; tempering must not bring them within reach
     (divided by 1e8, -1e9 was -10: drawable beside tokens at -1e-8), nor a small temperature push every token
