@@ -1,12 +1,13 @@
 """Model and training presets (``tiny``, ``small``, ``base``, ``big``, Table 3's rows) and run options."""
 
-from configs.run import CLOSINGS, PRECISIONS, STRATEGIES, TREE_LOSSES, RunOptions, renamed_options
+from configs.run import CLOSINGS, PRECISIONS, SCHEDULES, STRATEGIES, TREE_LOSSES, RunOptions, renamed_options
 from configs.transformer import PRESETS, TransformerConfig, get_config, parse_overrides, preset_names
 
 __all__ = [
     "CLOSINGS",
     "PRECISIONS",
     "PRESETS",
+    "SCHEDULES",
     "STRATEGIES",
     "RunOptions",
     "TREE_LOSSES",

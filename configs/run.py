@@ -11,6 +11,9 @@ PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 TREE_LOSSES = ("allowed", "unforced", "full")
 # A parser's closing brackets: labelled as their opening, ``)NP`` (Vinyals et al.), or bare, ``)``.
 CLOSINGS = ("labeled", "bare")
+# The learning rate after the warmup: the paper's inverse square root (eq. 3), or a linear decay that reaches
+# zero at the run's horizon, its last update (training.schedules.BudgetSchedule).
+SCHEDULES = ("paper", "budget")
 
 # Option names of earlier versions (config.json files they wrote) → today's. ``budget_start`` was a
 # process-local clock value, not an option of the run: it is no longer stored and is dropped on reading.
@@ -43,6 +46,7 @@ class RunOptions:
     linearization: str | None = None  # parsing: how a tree is written as symbols ("xx" or "tags")
     tree_loss: str | None = None  # parsing: one of TREE_LOSSES (None: the task's)
     closings: str | None = None  # parsing: one of CLOSINGS (None: the task's)
+    schedule: str = "paper"  # one of SCHEDULES
     src: str = "en"
     tgt: str = "de"
     train_split: str = "train"
@@ -73,7 +77,7 @@ class RunOptions:
     verbose: int | str = "auto"  # 0: no progress lines; anything else: one per epoch (and a minute)
 
     def __post_init__(self):
-        for name, choices in (("tree_loss", TREE_LOSSES), ("closings", CLOSINGS)):
+        for name, choices in (("tree_loss", TREE_LOSSES), ("closings", CLOSINGS), ("schedule", SCHEDULES)):
             value = getattr(self, name)
             if value is not None and value not in choices:
                 raise ValueError(f"--{name} must be one of {', '.join(choices)}, got {value!r}")

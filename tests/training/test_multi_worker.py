@@ -125,6 +125,30 @@ def test_a_time_budget_stops_every_worker_after_the_same_step(corpus, tmp_path):
     assert checkpoints(multi)[-1] == f"ckpt-{chief['steps']}.index"
 
 
+def test_a_budget_schedule_takes_the_chiefs_horizon_on_every_worker(corpus, tmp_path):
+    """--schedule budget under --max_minutes: each worker measures its own speed after the warmup, but all
+    decay to the chief's estimate (here from 0.4 minutes; worker 1 alone would have estimated from 30)."""
+    multi = tmp_path / "multi"
+
+    def command(index):
+        return [
+            str(BIN / "tft-train"),
+            "--strategy=multi_worker",
+            f"--max_minutes={0.4 if index == 0 else 30}",
+            "--schedule=budget",
+            "--set=warmup_steps=4",
+            *flags(corpus, multi, "--train_steps=100000"),
+        ]
+
+    results = finish(start_workers(2, command))
+    for code, stderr in results:
+        assert code == 0, stderr[-3000:]
+    chief = json.loads((multi / "train_summary.json").read_text())
+    other = json.loads((multi / ".worker-1" / "train_summary.json").read_text())
+    assert 24 < chief["schedule_horizon"] == other["schedule_horizon"] < 100000
+    assert chief["steps"] == other["steps"] <= chief["schedule_horizon"]
+
+
 def test_early_stopping_stops_every_worker_after_the_same_evaluation(corpus, tmp_path):
     """Weights that do not move (a learning rate of 0) keep the validation loss: the first evaluation (step 3)
     is the best and patience 1 stops both workers at the second (step 6). Every worker saves the best weights

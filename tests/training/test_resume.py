@@ -83,6 +83,25 @@ def test_killed_twice_and_rerun_ends_bit_identical(tmp_path, train_corpus_dir, p
 
 
 @pytest.mark.slow
+def test_a_budget_schedule_killed_mid_decay_resumes_bit_identical(tmp_path, train_corpus_dir):
+    """--schedule budget with a warmup of 8: killed between checkpoints as the rate decays, the rerun follows
+    the same curve (its horizon, 24, is in the checkpoint) and ends as the uninterrupted run."""
+    budget = ["--schedule=budget", "--set=warmup_steps=8"]
+    reference = tmp_path / "reference"
+    _run(_command(train_corpus_dir, reference, "float32", 1) + budget)
+    run = tmp_path / "run"
+    command = _command(train_corpus_dir, run, "float32", 1) + budget
+    code, _, _ = _interrupt(command, run, after_step=2 * EVERY, delay=0.15)
+    assert code == -signal.SIGKILL
+    _run(command)
+    assert_identical(run, reference, STEPS)
+    reader = tf.train.load_checkpoint(str(run / "checkpoints" / f"ckpt-{STEPS}"))
+    horizon = [name for name in reader.get_variable_to_shape_map() if name.startswith("schedule_horizon/")]
+    assert horizon and reader.get_tensor(horizon[0]) == STEPS
+    assert json.loads((run / "train_summary.json").read_text())["schedule_horizon"] == STEPS
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_preempted_run_checkpoints_exits_and_resumes_bit_identical(tmp_path, train_corpus_dir, sig):
     """SIGTERM (a preemptible VM, a Kubernetes eviction) or SIGINT (Ctrl-C): a checkpoint at the next

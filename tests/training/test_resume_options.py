@@ -23,13 +23,16 @@ def first_run(tmp_path_factory, corpus_dir):
 
 def test_resume_refuses_changed_options_naming_old_and_new_values(first_run, corpus_dir):
     before = (first_run / "config.json").read_text()
-    changed = tiny_options(corpus_dir, train_steps=4, tokens_per_batch=1024, seed=2, accumulate_steps=2)
+    changed = tiny_options(
+        corpus_dir, train_steps=4, tokens_per_batch=1024, seed=2, accumulate_steps=2, schedule="budget"
+    )
     with pytest.raises(ResumeError) as error:
         train(get_config("tiny"), changed, str(first_run))
     message = str(error.value)
     assert "--tokens_per_batch 512 → 1024" in message
     assert "--seed 1 → 2" in message
     assert "--accumulate_steps 1 → 2" in message
+    assert "--schedule paper → budget" in message
     assert "--max_train_length" not in message and "--init_from" in message
     assert (first_run / "config.json").read_text() == before  # the evidence is kept
 

@@ -17,7 +17,7 @@ import sys
 
 from absl import app, flags, logging
 
-from configs import CLOSINGS, PRECISIONS, STRATEGIES, TREE_LOSSES, RunOptions, preset_names
+from configs import CLOSINGS, PRECISIONS, SCHEDULES, STRATEGIES, TREE_LOSSES, RunOptions, preset_names
 from tf_transformer.cli import run_main
 from tf_transformer.tasks import TASK_NAMES
 
@@ -63,6 +63,14 @@ flags.DEFINE_enum(
     "--task parsing: allowed (the loss over the tokens constrained decoding allows at each position: none on "
     "forced ones), unforced (over every token, none where one is forced) or full (over every token); default: "
     "the task's (docs/parsing.md#training-as-it-decodes).",
+)
+flags.DEFINE_enum(
+    "schedule",
+    "paper",
+    list(SCHEDULES),
+    "The learning rate after the warmup: paper (eq. 3's inverse square root) or budget (a linear decay to zero "
+    "at the run's last update: --train_steps, or under --max_minutes the updates the budget allows, estimated "
+    "after the warmup; docs/training.md#the-learning-rate-schedule).",
 )
 flags.DEFINE_enum(
     "closings",

@@ -209,12 +209,16 @@ class StopRequests(keras.callbacks.Callback):
 
 
 class StopAtStep(keras.callbacks.Callback):
-    """Stops training once the optimizer has made ``train_steps`` updates."""
+    """Stops training once the optimizer has made ``train_steps`` updates, or reached ``horizon`` (a
+    variable; 0: not set), where a budget schedule's learning rate is zero."""
 
-    def __init__(self, train_steps: int):
+    def __init__(self, train_steps: int, horizon=None):
         super().__init__()
         self.train_steps = train_steps
+        self.horizon = horizon
 
     def on_train_batch_end(self, batch, logs=None):
-        if int(self.model.optimizer.iterations.numpy()) >= self.train_steps:
+        updates = int(self.model.optimizer.iterations.numpy())
+        horizon = int(self.horizon.numpy()) if self.horizon is not None else 0
+        if updates >= self.train_steps or 0 < horizon <= updates:
             self.model.stop_training = True

@@ -97,15 +97,16 @@ def check(options: RunOptions, strategy: tf.distribute.Strategy) -> None:
         )
 
 
-# Run options that decide which batch comes at which step, the learning rate of a step or what the loss
-# is over (a parser's ``closings`` and ``tree_loss``): a resumed run must keep them. ``jit_compile`` pads batches to
-# bucket boundaries. (``train_steps``, ``epochs``, the checkpoint and logging cadence and the dev split
+# Run options that decide which batch comes at which step, the learning rate of a step (``schedule``) or what
+# the loss is over (a parser's ``closings`` and ``tree_loss``): a resumed run must keep them. ``jit_compile``
+# pads batches to bucket boundaries. (``train_steps``, ``epochs``, the checkpoint and logging cadence and the dev split
 # may change; the precision may change where the checkpoint keeps its shape: :func:`loss_scaled`.)
 STREAM_OPTIONS = (
     "task",
     "linearization",
     "closings",
     "tree_loss",
+    "schedule",
     "data",
     "data_weights",
     "src",
@@ -143,6 +144,7 @@ def effective(config: TransformerConfig, run: dict) -> dict:
     parser = values["task"] == "parsing"  # runs written before these options trained so:
     values["tree_loss"] = run.get("tree_loss") or ("full" if parser else None)
     values["closings"] = run.get("closings") or ("labeled" if parser else None)
+    values["schedule"] = run.get("schedule") or "paper"  # runs written before schedules were recorded
     data = values.get("data")
     if data:  # one corpus (a string), or several (a list in config.json, a tuple in RunOptions)
         real = [source if source.startswith("tfds:") else os.path.realpath(source) for source in _listed(data)]

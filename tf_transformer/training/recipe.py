@@ -16,6 +16,7 @@ def compile_model(
     jit_compile: bool = False,
     tree=None,
     tree_loss: str = "full",
+    schedule: str = "paper",
 ):
     """Compiles with the paper's recipe: label smoothing (5.4), Adam 0.9/0.98/1e-9 and eq. 3 (5.3).
 
@@ -25,8 +26,12 @@ def compile_model(
     update for every replica (:mod:`.update`). With a parser's ``tree``
     (:class:`~tf_transformer.decoding.tree_constraint.TreeConstraint`) the loss follows
     what it allows, as ``tree_loss`` says (:class:`~tf_transformer.training.losses.TreeCrossEntropy`).
+    ``schedule``: after the warmup, eq. 3's decay (``paper``) or one to zero at the run's horizon
+    (``budget``: :class:`~tf_transformer.training.schedules.BudgetSchedule`).
     """
-    optimizer = paper_optimizer(config.d_model, config.warmup_steps, config.learning_rate_scale, accumulate_steps)
+    optimizer = paper_optimizer(
+        config.d_model, config.warmup_steps, config.learning_rate_scale, accumulate_steps, schedule
+    )
     if model.dtype_policy.name == "mixed_float16":
         optimizer = GlobalLossScaleOptimizer(optimizer, name="loss_scale_optimizer")
     if tree is not None and tree_loss != "full":

@@ -44,7 +44,8 @@ from tf_transformer.training.strategy import set_precision
 SEEDS = "dropout_seeds"
 POSITION = "data_position"
 BEST = "best"  # training.best.BestState: the best dev value, its step, the evaluations since
-_PARTS = ("model", "optimizer", SEEDS, POSITION, BEST)
+HORIZON = "schedule_horizon"  # --schedule budget: the update at which the learning rate reaches zero
+_PARTS = ("model", "optimizer", SEEDS, POSITION, BEST, HORIZON)
 
 # Model config fields a run started from another run's weights may change
 # (fine-tuning); every other field must match, or the weights mean something else.
@@ -88,7 +89,7 @@ def check_unchanged(model_dir: str, config: TransformerConfig, run: dict, corpus
         name
         for name in STREAM_OPTIONS
         if (name in stored_run and not (name == "jit_compile" and stored_run[name] is None))
-        or name in ("tokens_per_batch", "max_train_length", "closings", "tree_loss")
+        or name in ("tokens_per_batch", "max_train_length", "closings", "tree_loss", "schedule")
     ]
     changed = [
         _change(name, old, new)
@@ -249,15 +250,18 @@ def training_checkpoint(
     optimizer: keras.optimizers.Optimizer | None = None,
     data_position: tf.Variable | None = None,
     best: tf.Module | None = None,
+    horizon: tf.Variable | None = None,
 ) -> tf.train.Checkpoint:
     """The checkpoint of a training run: model, optimizer (the compiled one by default), the dropout state,
-    the micro-batches taken from the data (``DataPosition.batches``) and, with ``--keep_best_by``, the
-    best dev evaluation so far (``training.best.BestState``)."""
+    the micro-batches taken from the data (``DataPosition.batches``), with ``--keep_best_by`` the best dev
+    evaluation so far (``training.best.BestState``) and with ``--schedule budget`` the schedule's horizon."""
     parts = {"model": model, "optimizer": optimizer or model.optimizer, SEEDS: dropout_seeds(model)}
     if data_position is not None:
         parts[POSITION] = data_position
     if best is not None:
         parts[BEST] = best
+    if horizon is not None:
+        parts[HORIZON] = horizon
     return tf.train.Checkpoint(**parts)
 
 
@@ -269,7 +273,7 @@ def restorable(checkpoint: tf.train.Checkpoint, path: str) -> tf.train.Checkpoin
     without a best dev evaluation (a run that kept none) the best is tracked from here.
     """
     parts = {name: getattr(checkpoint, name) for name in _PARTS if hasattr(checkpoint, name)}
-    missing = [name for name in (SEEDS, POSITION, BEST) if name in parts and not holds(path, name)]
+    missing = [name for name in (SEEDS, POSITION, BEST, HORIZON) if name in parts and not holds(path, name)]
     if not missing:
         return checkpoint
     if SEEDS in missing:

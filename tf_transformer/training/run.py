@@ -34,6 +34,7 @@ from tf_transformer.model import build_transformer
 from tf_transformer.tasks import Task, get_task
 from tf_transformer.training import resume
 from tf_transformer.training.best import STOPPED, BestCheckpoint, Metric, check_options
+from tf_transformer.training.budget import BudgetHorizon
 from tf_transformer.training.callbacks import DataPosition, StepCheckpoint, StopAtStep, StopRequests
 from tf_transformer.training.cluster import Cluster, differing_options
 from tf_transformer.training.dev_evaluation import DevEvaluation, attention_fn, translate_fn
@@ -41,6 +42,7 @@ from tf_transformer.training.optimizers import micro_batches_done
 from tf_transformer.training.options import OptionError, Resolved, config_differences
 from tf_transformer.training.progress import ProgressLogger, ThroughputMonitor
 from tf_transformer.training.recipe import compile_model
+from tf_transformer.training.schedules import BudgetSchedule, schedule_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -333,7 +335,13 @@ def model_and_optimizer(
     with strategy.scope():
         model = build_transformer(config)
         compile_model(
-            model, config, max(1, options.accumulate_steps), options.jit_compile, tree=tree, tree_loss=options.tree_loss
+            model,
+            config,
+            max(1, options.accumulate_steps),
+            options.jit_compile,
+            tree=tree,
+            tree_loss=options.tree_loss,
+            schedule=options.schedule,
         )
         model.optimizer.build(model.trainable_variables)
     return model
@@ -346,7 +354,10 @@ def restore(model: keras.Model, place: RunPlace) -> RunState:
     options, cluster = place.options, place.cluster
     position = DataPosition()
     best = _best(model, place.metric, options, place.model_dir, place.work_dir, cluster) if place.metric else None
-    checkpoint = resume.training_checkpoint(model, data_position=position.batches, best=best.state if best else None)
+    horizon = getattr(schedule_of(model.optimizer), "horizon", None)  # --schedule budget
+    checkpoint = resume.training_checkpoint(
+        model, data_position=position.batches, best=best.state if best else None, horizon=horizon
+    )
     chief_manager = tf.train.CheckpointManager(
         checkpoint, run_dir.checkpoint_dir(place.model_dir), max_to_keep=options.keep_checkpoints
     )
@@ -384,11 +395,23 @@ def run_callbacks(
         attention_images=options.attention_images,
     )
     best = state.best
+    schedule = schedule_of(model.optimizer)
+    budget = []
+    if isinstance(schedule, BudgetSchedule):  # before StopAtStep, which stops at the horizon it sets
+        agree = None
+        if place.cluster is not None:
+            cluster = place.cluster
+
+            def agree(value: float) -> float:  # the chief's estimate, on every worker
+                return float(cluster.sum([value if cluster.is_chief else 0.0])[0])
+
+        budget = [BudgetHorizon(schedule, inputs.train_steps, options.max_minutes, budget_start, agree=agree)]
     callbacks = [
         state.position,  # first: a checkpoint written at the end of a batch counts it
         keras.callbacks.TerminateOnNaN(),
         stop_requests,  # at an epoch's end, before dev BLEU: a signal stops without it (with the epoch's checkpoint)
-        StopAtStep(inputs.train_steps),
+        *budget,
+        StopAtStep(inputs.train_steps, getattr(schedule, "horizon", None)),
         ThroughputMonitor(log_dir, every_steps=options.log_every),
         dev_evaluation,  # before the progress line and TensorBoard, which show its val_bleu (val_f1)
         *([best] if best else []),  # compares val_loss or val_bleu (val_f1), so after the dev evaluation
@@ -472,6 +495,9 @@ def finish(prepared: PreparedRun, seconds: float, history: dict, stopped_by: str
         "best": best.summary() if best is not None else None,
         "stopped_by": stopped_by,
     }
+    horizon = getattr(schedule_of(model.optimizer), "horizon", None)
+    if horizon is not None:  # --schedule budget: where its rate reached (or would reach) zero
+        summary["schedule_horizon"] = int(horizon.numpy())
     save_json(os.path.join(place.work_dir, "train_summary.json"), summary)
     return summary
 
