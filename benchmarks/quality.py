@@ -39,6 +39,7 @@ flags.DEFINE_list("average", ["1", "3", "5", "8"], "Numbers of last checkpoints 
 flags.DEFINE_string("precision", "auto", "Training precision (auto: bfloat16 where the CPU computes in it).")
 flags.DEFINE_string("model_dir", None, "Run directory (default: runs/quality_<corpus>_<src>_<tgt>).")
 flags.DEFINE_integer("seed", 1, "Seed.")
+flags.DEFINE_enum("schedule", "paper", ["paper", "budget"], "Learning-rate schedule (docs/training.md).")
 
 
 def main(argv):
@@ -80,6 +81,7 @@ def main(argv):
         vocab_size=FLAGS.vocab_size,
         dev_bleu_sentences=100,
         seed=FLAGS.seed,
+        schedule=FLAGS.schedule,
         verbose=2,
     )
     summary = train(config, options, model_dir, budget_start=start)
@@ -124,6 +126,8 @@ def main(argv):
         "test_decode_seconds": round(decode_seconds, 1),
         "train_minutes": round(wall / 60, 2),
         "steps": summary["steps"],
+        "schedule": FLAGS.schedule,
+        "schedule_horizon": summary.get("schedule_horizon"),
         "epochs": round(epochs, 2),
         "params": summary["params"],
         "train_tokens_per_second": round(tokens_per_second),

@@ -36,8 +36,9 @@ class Clock:
         return self.now
 
 
-def _driven(callback, updates_per_second, until, clock):
-    """Runs ``callback`` as training would, ``updates_per_second``, up to update ``until`` or its stop."""
+def _driven(callback, updates_per_second, until, clock, pauses=None):
+    """Runs ``callback`` as training would, ``updates_per_second``, up to update ``until`` or its stop;
+    ``pauses``: seconds spent after an update (an epoch's validation and dev BLEU)."""
     optimizer = types.SimpleNamespace(iterations=tf.Variable(0, dtype=tf.int64))
     model = types.SimpleNamespace(optimizer=optimizer, stop_training=False)
     stop = StopAtStep(10_000, callback.schedule.horizon)
@@ -45,7 +46,7 @@ def _driven(callback, updates_per_second, until, clock):
         each.set_model(model)
     callback.on_train_begin()
     for update in range(1, until + 1):
-        clock.now += 1.0 / updates_per_second
+        clock.now += 1.0 / updates_per_second + (pauses or {}).get(update - 1, 0.0)
         optimizer.iterations.assign(update)
         callback.on_train_batch_end(update)
         stop.on_train_batch_end(update)
@@ -61,21 +62,31 @@ def test_a_known_number_of_updates_is_the_horizon():
 
 
 def test_a_time_budget_is_estimated_once_after_the_warmup_and_the_run_stops_at_it():
-    """10 updates/s and 60 s: the estimate, made 20 updates past a warmup of 100, is 600 updates; a budget
-    that would outlast a slowed-down estimate stops at the horizon all the same (its rate is zero there)."""
+    """10 updates/s and 60 s: the estimate, made at the end of a warmup of 100 from updates 20 to 100, is 600
+    updates, and the run stops there (its rate is zero): so would a budget that outlasts its estimate."""
     clock = Clock()
     schedule = BudgetSchedule(64, warmup_steps=100)
-    callback = BudgetHorizon(schedule, train_steps=10_000, max_minutes=1.0, start=0.0, window=20, clock=clock)
+    callback = BudgetHorizon(schedule, train_steps=10_000, max_minutes=1.0, start=0.0, skip=20, clock=clock)
     assert _driven(callback, 10.0, 2000, clock) == 600 and int(schedule.horizon.numpy()) == 600
     capped = BudgetSchedule(64, warmup_steps=100)
-    callback = BudgetHorizon(capped, train_steps=300, max_minutes=1.0, start=0.0, window=20, clock=Clock())
+    callback = BudgetHorizon(capped, train_steps=300, max_minutes=1.0, start=0.0, skip=20, clock=Clock())
     assert _driven(callback, 10.0, 2000, callback.clock) == 300  # --train_steps comes first
     agreed = BudgetSchedule(64, warmup_steps=100)
-    callback = BudgetHorizon(agreed, 10_000, 1.0, 0.0, window=20, agree=lambda value: 450.0, clock=Clock())
+    callback = BudgetHorizon(agreed, 10_000, 1.0, 0.0, skip=20, agree=lambda value: 450.0, clock=Clock())
     assert _driven(callback, 10.0, 2000, callback.clock) == 450  # the chief's estimate, on every worker
+
+
+def test_the_estimate_counts_what_an_epoch_end_costs_within_the_warmup():
+    """A 4 s validation after update 60: updates 20 to 100 took 12 s, not 8, and 14 s of the 60 are gone at the
+    estimate, so the horizon is 100 + 80/12 × 46 updates."""
+    clock = Clock()
+    schedule = BudgetSchedule(64, warmup_steps=100)
+    callback = BudgetHorizon(schedule, train_steps=10_000, max_minutes=1.0, start=0.0, skip=20, clock=clock)
+    _driven(callback, 10.0, 101, clock, pauses={60: 4.0})
+    assert int(schedule.horizon.numpy()) == 100 + int(80 / 12 * 46)
 
 
 def test_a_restored_horizon_is_kept():
     schedule = BudgetSchedule(64, warmup_steps=10, horizon=40)  # as a checkpoint restores it
-    callback = BudgetHorizon(schedule, 10_000, max_minutes=1.0, start=0.0, window=5, clock=Clock())
+    callback = BudgetHorizon(schedule, 10_000, max_minutes=1.0, start=0.0, skip=5, clock=Clock())
     assert _driven(callback, 0.01, 100, callback.clock) == 40  # slow enough to estimate 10 updates: not asked

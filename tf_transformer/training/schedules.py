@@ -61,7 +61,7 @@ class BudgetSchedule(TransformerSchedule):
 
     ``horizon`` is a variable a run's checkpoint holds, so that a resumed run
     follows the same curve: the run's ``train_steps``, or under a time budget
-    the updates it allows, estimated after the warmup
+    the updates it allows, estimated at the end of the warmup
     (:class:`~tf_transformer.training.budget.BudgetHorizon`). While it is 0 (not
     known yet) the rate stays at its peak after the warmup.
     """
