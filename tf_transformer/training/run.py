@@ -496,8 +496,8 @@ def finish(prepared: PreparedRun, seconds: float, history: dict, stopped_by: str
         "stopped_by": stopped_by,
     }
     horizon = getattr(schedule_of(model.optimizer), "horizon", None)
-    if horizon is not None:  # --schedule budget: where its rate reached (or would reach) zero
-        summary["schedule_horizon"] = int(horizon.numpy())
+    if horizon is not None:  # --schedule budget: where its rate reached (or would reach) zero; None: not estimated
+        summary["schedule_horizon"] = int(horizon.numpy()) or None
     save_json(os.path.join(place.work_dir, "train_summary.json"), summary)
     return summary
 
