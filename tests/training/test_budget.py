@@ -90,3 +90,26 @@ def test_a_restored_horizon_is_kept():
     schedule = BudgetSchedule(64, warmup_steps=10, horizon=40)  # as a checkpoint restores it
     callback = BudgetHorizon(schedule, 10_000, max_minutes=1.0, start=0.0, skip=5, clock=Clock())
     assert _driven(callback, 0.01, 100, callback.clock) == 40  # slow enough to estimate 10 updates: not asked
+
+
+def test_a_known_horizon_follows_a_changed_number_of_updates():
+    """Resumed with another --train_steps (no budget): the horizon moves there, not left where it was."""
+    schedule = BudgetSchedule(64, warmup_steps=10, horizon=77)
+    assert _driven(BudgetHorizon(schedule, train_steps=120), 10.0, 500, Clock()) == 120
+
+
+def test_a_worker_without_a_budget_joins_the_estimate_and_the_estimate_is_saved_at_once():
+    """Under several workers every one estimates at the same update (its collective must meet the others'),
+    one without a budget offering its --train_steps; the least wins, and a checkpoint is written then."""
+    saved = []
+    checkpoint = types.SimpleNamespace(save=lambda: saved.append(True))
+    schedule = BudgetSchedule(64, warmup_steps=100)
+    offered = []
+
+    def least(value):
+        offered.append(value)
+        return min(value, 450.0)  # another worker's estimate
+
+    callback = BudgetHorizon(schedule, 10_000, skip=20, agree=least, checkpoint=checkpoint, clock=Clock())
+    assert _driven(callback, 10.0, 2000, callback.clock) == 450
+    assert offered == [10_000.0] and saved == [True]

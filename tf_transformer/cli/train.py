@@ -69,8 +69,8 @@ flags.DEFINE_enum(
     "paper",
     list(SCHEDULES),
     "The learning rate after the warmup: paper (eq. 3's inverse square root) or budget (a linear decay to zero "
-    "at the run's last update: --train_steps, or under --max_minutes the updates the budget allows, estimated "
-    "at the end of the warmup; docs/training.md#the-learning-rate-schedule).",
+    "at the run's last update: --train_steps, --epochs or the preset's, or under --max_minutes the updates the "
+    "budget allows, estimated at the end of the warmup; docs/training.md#the-learning-rate-schedule).",
 )
 flags.DEFINE_enum(
     "closings",

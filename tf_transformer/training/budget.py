@@ -29,13 +29,15 @@ MIN_WINDOW = 20  # updates measured at least
 
 
 class BudgetHorizon(keras.callbacks.Callback):
-    """Sets a :class:`~tf_transformer.training.schedules.BudgetSchedule`'s horizon: ``train_steps`` at the
+    """Sets a :class:`~tf_transformer.training.schedules.BudgetSchedule`'s horizon: ``train_steps`` at each
     start, or under ``max_minutes`` (counted from ``start``, a ``time.perf_counter()`` value) the estimate
-    made at the end of the warmup, capped at ``train_steps``; ``skip``: the updates left out of the
-    measurement (default: a tenth of the warmup, at least ``MIN_WINDOW``).
+    made at the end of the warmup, capped at ``train_steps``, kept once made; ``skip``: the updates left out
+    of the measurement (default: a tenth of the warmup, at least ``MIN_WINDOW``, leaving ``MIN_WINDOW``).
 
-    ``agree(value)``: with several workers, every worker's horizon is the chief's (a collective each
-    worker runs at the same update); ``clock``: for tests.
+    ``agree(value)``: with several workers, the least of their estimates on every worker (a worker without
+    a budget offers ``train_steps``); every worker then estimates at the same update, budget or not.
+    ``checkpoint`` (a :class:`~tf_transformer.training.callbacks.StepCheckpoint`) is saved at once after
+    the estimate, so that no later stop or crash can lose it. ``clock``: for tests.
     """
 
     def __init__(
@@ -46,6 +48,7 @@ class BudgetHorizon(keras.callbacks.Callback):
         start: float | None = None,
         skip: int | None = None,
         agree: Callable[[float], float] | None = None,
+        checkpoint=None,
         clock: Callable[[], float] = time.perf_counter,
     ):
         super().__init__()
@@ -53,9 +56,12 @@ class BudgetHorizon(keras.callbacks.Callback):
         self.train_steps = train_steps
         self.seconds = max_minutes * 60.0 if max_minutes else None
         self.start = start
-        self.skip = skip if skip is not None else max(MIN_WINDOW, int(SKIP_FRACTION * schedule.warmup_steps))
-        self.estimate_at = max(schedule.warmup_steps, self.skip + MIN_WINDOW)
+        warmup = schedule.warmup_steps
+        default = min(max(MIN_WINDOW, int(SKIP_FRACTION * warmup)), max(0, warmup - MIN_WINDOW))
+        self.skip = skip if skip is not None else default
+        self.estimate_at = max(warmup, self.skip + MIN_WINDOW)
         self.agree = agree
+        self.checkpoint = checkpoint
         self.clock = clock
         self._since: tuple[int, float] | None = None  # (updates, time) where the measurement began
 
@@ -63,15 +69,33 @@ class BudgetHorizon(keras.callbacks.Callback):
     def horizon(self) -> int:
         return int(self.schedule.horizon.numpy())
 
+    @property
+    def estimating(self) -> bool:
+        """The horizon comes from an estimate: this process has a budget, or a worker may."""
+        return self.seconds is not None or self.agree is not None
+
     def on_train_begin(self, logs=None):
         if self.start is None:
             self.start = self.clock()
-        if self.horizon == 0 and self.seconds is None:
-            self.schedule.horizon.assign(self.train_steps)
-            logging.info("Learning rate decays to zero at update %d (--schedule budget)", self.train_steps)
+        if self.train_steps <= self.schedule.warmup_steps:
+            logging.warning(
+                "--schedule budget: the run's %d updates end within the warmup of %d, so the rate never decays",
+                self.train_steps,
+                self.schedule.warmup_steps,
+            )
+        if self.estimating or self.horizon == self.train_steps:
+            return
+        if self.horizon:  # a resume with another --train_steps or --epochs: the curve changes from here
+            logging.warning(
+                "--schedule budget: the horizon moves from update %d to %d (the run's updates changed)",
+                self.horizon,
+                self.train_steps,
+            )
+        self.schedule.horizon.assign(self.train_steps)
+        logging.info("Learning rate decays to zero at update %d (--schedule budget)", self.train_steps)
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.horizon or self.seconds is None:
+        if self.horizon or not self.estimating:
             return
         updates = int(self.model.optimizer.iterations.numpy())
         if updates < self.skip:
@@ -84,18 +108,20 @@ class BudgetHorizon(keras.callbacks.Callback):
         if updates < self.estimate_at or updates - begun < MIN_WINDOW:
             return
         per_second = (updates - begun) / max(now - began, 1e-9)
-        left = max(0.0, self.seconds - (now - self.start))
-        estimate = min(self.train_steps, updates + int(per_second * left))
+        estimate = self.train_steps
+        if self.seconds is not None:
+            left = max(0.0, self.seconds - (now - self.start))
+            estimate = min(self.train_steps, updates + int(per_second * left))
         if self.agree is not None:
-            estimate = int(self.agree(float(estimate)))
+            estimate = round(self.agree(float(estimate)))
         horizon = max(updates + 1, estimate)
         self.schedule.horizon.assign(horizon)
         logging.info(
-            "Learning rate decays to zero at update %d: %.2f updates/s over updates %d–%d, %.1f minutes left "
-            "(--schedule budget)",
+            "Learning rate decays to zero at update %d: %.2f updates/s over updates %d–%d (--schedule budget)",
             horizon,
             per_second,
             begun,
             updates,
-            left / 60,
         )
+        if self.checkpoint is not None:
+            self.checkpoint.save()

@@ -62,6 +62,8 @@ class Cluster:
         self.is_chief = self.task_type in (None, "chief") or (self.task_type == "worker" and self.task_id == 0)
         self.name = f"{self.task_type or 'worker'} {self.task_id}"
         self.workers = sum(len(tasks) for kind, tasks in spec.items() if kind in ("chief", "worker")) or 1
+        # This worker's place among them, 0 for the chief (a "chief" task comes before the "worker" ones).
+        self.position = 0 if self.task_type in (None, "chief") else self.task_id + ("chief" in spec)
 
         @tf.function
         def total(values):  # a cross-replica reduction is an all-reduce: every worker gets the sum
@@ -73,6 +75,12 @@ class Cluster:
         """Elementwise sum over the workers' ``values`` (each worker's one replica counts once)."""
         local = len(self.strategy.extended.worker_devices)  # replicas on this worker each add the value
         return self._total(tf.constant(np.asarray(values, np.float64) / local)).numpy()
+
+    def minimum(self, value: float) -> float:
+        """The least of the workers' ``value`` on every worker (each sends its own in its place)."""
+        values = np.zeros(self.workers)
+        values[self.position] = value
+        return float(self.sum(values).min())
 
     def from_chief(self, value: int) -> int:
         """The chief's ``value`` on every worker (a sum in which the others give 0)."""

@@ -151,9 +151,13 @@ class PreparedRun:
         """Whether there is nothing left to train (a finished or early-stopped run run again)."""
         if self.state.best is not None and self.state.best.exhausted():
             return True
+        updates = int(self.model.optimizer.iterations.numpy())
+        horizon = getattr(schedule_of(self.model.optimizer), "horizon", None)
+        if horizon is not None and 0 < int(horizon.numpy()) <= updates:  # a budget run at its horizon
+            return True
         if self.by_epochs:
             return self.done_micro >= self.inputs.total_micro
-        return int(self.model.optimizer.iterations.numpy()) >= self.inputs.train_steps
+        return updates >= self.inputs.train_steps
 
     def stream(self) -> tf.data.Dataset:
         """The weighted global batches from the first micro-batch not yet trained on."""
@@ -398,19 +402,17 @@ def run_callbacks(
     schedule = schedule_of(model.optimizer)
     budget = []
     if isinstance(schedule, BudgetSchedule):  # before StopAtStep, which stops at the horizon it sets
-        agree = None
-        if place.cluster is not None:
-            cluster = place.cluster
-
-            def agree(value: float) -> float:  # the chief's estimate, on every worker
-                return float(cluster.sum([value if cluster.is_chief else 0.0])[0])
-
-        budget = [BudgetHorizon(schedule, inputs.train_steps, options.max_minutes, budget_start, agree=agree)]
+        agree = place.cluster.minimum if place.cluster is not None else None  # the workers' least estimate
+        budget = [
+            BudgetHorizon(
+                schedule, inputs.train_steps, options.max_minutes, budget_start, agree=agree, checkpoint=checkpointer
+            )
+        ]
     callbacks = [
         state.position,  # first: a checkpoint written at the end of a batch counts it
         keras.callbacks.TerminateOnNaN(),
+        *budget,  # before a signal's checkpoint, which then holds the estimate made at the same update
         stop_requests,  # at an epoch's end, before dev BLEU: a signal stops without it (with the epoch's checkpoint)
-        *budget,
         StopAtStep(inputs.train_steps, getattr(schedule, "horizon", None)),
         ThroughputMonitor(log_dir, every_steps=options.log_every),
         dev_evaluation,  # before the progress line and TensorBoard, which show its val_bleu (val_f1)
