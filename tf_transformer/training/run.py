@@ -42,7 +42,7 @@ from tf_transformer.training.optimizers import micro_batches_done
 from tf_transformer.training.options import OptionError, Resolved, config_differences
 from tf_transformer.training.progress import ProgressLogger, ThroughputMonitor
 from tf_transformer.training.recipe import compile_model
-from tf_transformer.training.schedules import BudgetSchedule, schedule_of
+from tf_transformer.training.schedules import BudgetSchedule, horizon_of, schedule_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +152,7 @@ class PreparedRun:
         if self.state.best is not None and self.state.best.exhausted():
             return True
         updates = int(self.model.optimizer.iterations.numpy())
-        horizon = getattr(schedule_of(self.model.optimizer), "horizon", None)
+        horizon = horizon_of(self.model.optimizer)
         if horizon is not None and 0 < int(horizon.numpy()) <= updates:  # a budget run at its horizon
             return True
         if self.by_epochs:
@@ -358,7 +358,7 @@ def restore(model: keras.Model, place: RunPlace) -> RunState:
     options, cluster = place.options, place.cluster
     position = DataPosition()
     best = _best(model, place.metric, options, place.model_dir, place.work_dir, cluster) if place.metric else None
-    horizon = getattr(schedule_of(model.optimizer), "horizon", None)  # --schedule budget
+    horizon = horizon_of(model.optimizer)  # --schedule budget
     checkpoint = resume.training_checkpoint(
         model, data_position=position.batches, best=best.state if best else None, horizon=horizon
     )
@@ -413,7 +413,7 @@ def run_callbacks(
         keras.callbacks.TerminateOnNaN(),
         *budget,  # before a signal's checkpoint, which then holds the estimate made at the same update
         stop_requests,  # at an epoch's end, before dev BLEU: a signal stops without it (with the epoch's checkpoint)
-        StopAtStep(inputs.train_steps, getattr(schedule, "horizon", None)),
+        StopAtStep(inputs.train_steps, horizon_of(model.optimizer)),
         ThroughputMonitor(log_dir, every_steps=options.log_every),
         dev_evaluation,  # before the progress line and TensorBoard, which show its val_bleu (val_f1)
         *([best] if best else []),  # compares val_loss or val_bleu (val_f1), so after the dev evaluation
@@ -497,7 +497,7 @@ def finish(prepared: PreparedRun, seconds: float, history: dict, stopped_by: str
         "best": best.summary() if best is not None else None,
         "stopped_by": stopped_by,
     }
-    horizon = getattr(schedule_of(model.optimizer), "horizon", None)
+    horizon = horizon_of(model.optimizer)
     if horizon is not None:  # --schedule budget: where its rate reached (or would reach) zero; None: not estimated
         summary["schedule_horizon"] = int(horizon.numpy()) or None
     save_json(os.path.join(place.work_dir, "train_summary.json"), summary)

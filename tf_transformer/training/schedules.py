@@ -111,6 +111,12 @@ def schedule_of(optimizer: keras.optimizers.Optimizer) -> keras.optimizers.sched
     return schedule if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule) else None
 
 
+def horizon_of(optimizer: keras.optimizers.Optimizer) -> tf.Variable | None:
+    """The horizon variable of a :class:`BudgetSchedule` ``optimizer`` follows (``--schedule budget``), else
+    ``None``."""
+    return getattr(schedule_of(optimizer), "horizon", None)
+
+
 def paper_optimizer(
     d_model: int,
     warmup_steps: int = 4000,
