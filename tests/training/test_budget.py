@@ -7,7 +7,8 @@ import tensorflow as tf
 
 from tf_transformer.training.budget import BudgetHorizon
 from tf_transformer.training.callbacks import StopAtStep
-from tf_transformer.training.schedules import BudgetSchedule, TransformerSchedule
+from tf_transformer.training.progress import ProgressLogger
+from tf_transformer.training.schedules import BudgetSchedule, TransformerSchedule, horizon_of, paper_optimizer
 
 
 def test_the_rate_follows_the_warmup_then_reaches_zero_at_the_horizon():
@@ -113,3 +114,15 @@ def test_a_worker_without_a_budget_joins_the_estimate_and_the_estimate_is_saved_
     callback = BudgetHorizon(schedule, 10_000, skip=20, agree=least, checkpoint=checkpoint, clock=Clock())
     assert _driven(callback, 10.0, 2000, callback.clock) == 450
     assert offered == [10_000.0] and saved == [True]
+
+
+def test_the_progress_line_counts_toward_the_horizon_once_known():
+    printed = []
+    optimizer = paper_optimizer(16, warmup_steps=4, schedule="budget")
+    logger = ProgressLogger(100, print_fn=lambda text, flush: printed.append(text))
+    logger.set_model(types.SimpleNamespace(optimizer=optimizer))
+    logger.on_train_begin()
+    logger.on_epoch_end(0)
+    horizon_of(optimizer).assign(30)  # estimated: the run stops at update 30, not 100
+    logger.on_epoch_end(1)
+    assert printed[0].startswith("epoch 1 · step 0/100 ") and printed[1].startswith("epoch 2 · step 0/30 ")

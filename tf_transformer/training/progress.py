@@ -8,6 +8,7 @@ import keras
 import tensorflow as tf
 
 from tf_transformer.training.optimizers import current_learning_rate
+from tf_transformer.training.schedules import horizon_of
 
 
 def _number(value: float) -> str:
@@ -20,7 +21,8 @@ class ProgressLogger(keras.callbacks.Callback):
 
     Keras's own progress shows ``Epoch 1/N`` for the ``epochs`` that ``fit``
     was given, which for a run bounded by steps or by a time budget is not
-    where it ends. This shows the optimizer steps done of ``train_steps`` and,
+    where it ends. This shows the optimizer steps done of ``train_steps`` (of
+    the horizon once ``--schedule budget`` knows it, where the run stops) and,
     with a budget, the minutes used of ``max_minutes`` (the run stops at
     whichever comes first), with the epoch's metrics.
     """
@@ -51,7 +53,9 @@ class ProgressLogger(keras.callbacks.Callback):
 
     def _where(self) -> str:
         step = int(self.model.optimizer.iterations.numpy())
-        parts = [f"step {step}/{self.train_steps}"]
+        horizon = horizon_of(self.model.optimizer)
+        last = int(horizon.numpy()) if horizon is not None else 0  # 0: not estimated yet
+        parts = [f"step {step}/{min(last, self.train_steps) if last > 0 else self.train_steps}"]
         minutes = (time.perf_counter() - self.start) / 60.0
         parts.append(f"{minutes:.1f}/{self.max_minutes:g} min" if self.max_minutes else f"{minutes:.1f} min")
         return " · ".join(parts)
