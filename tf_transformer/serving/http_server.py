@@ -304,10 +304,11 @@ class RestServer:
         return 200, self.versions.status(match["version"])
 
     async def _post(self, request: web.BaseRequest, connection: _Connection, path: str, labels: dict):
-        if (found := _MODEL_PATH.match(path)) and found["predict"]:
+        found = _MODEL_PATH.match(path)
+        if found and found["predict"]:
             labels["api"] = "predict"  # a 413, 408 or 411 on its body counts as one of predict's
         body = await connection.read_body(request)  # first: a keep-alive connection's next request starts after it
-        match = self._route(request.raw_path)
+        match = self._model_match(found, request.raw_path)  # routing errors only once the body is read
         if not match["predict"]:
             raise NotFound(f"No POST at {request.raw_path}; POST /v1/models/{self.versions.name}:predict")
         servable = self.versions.servable(match["version"])
@@ -345,7 +346,10 @@ class RestServer:
         return await asyncio.get_running_loop().run_in_executor(self._pool, function, *args)
 
     def _route(self, raw_path: str):
-        match = _MODEL_PATH.match(raw_path.split("?", 1)[0])
+        return self._model_match(_MODEL_PATH.match(raw_path.split("?", 1)[0]), raw_path)
+
+    def _model_match(self, match: re.Match | None, raw_path: str) -> re.Match:
+        """``match``, the path's match of ``_MODEL_PATH``, if it names the model served; else 404."""
         name = self.versions.name
         if not match:
             raise NotFound(f"No resource at {raw_path}; this server serves /v1/models/{name}")
