@@ -20,6 +20,7 @@ from absl import logging
 
 from tf_transformer import run_dir
 from tf_transformer.training.optimizers import micro_batches_done
+from tf_transformer.training.schedules import last_update
 
 
 def _finite(logs) -> bool:
@@ -218,7 +219,5 @@ class StopAtStep(keras.callbacks.Callback):
         self.horizon = horizon
 
     def on_train_batch_end(self, batch, logs=None):
-        updates = int(self.model.optimizer.iterations.numpy())
-        horizon = int(self.horizon.numpy()) if self.horizon is not None else 0
-        if updates >= self.train_steps or 0 < horizon <= updates:
+        if int(self.model.optimizer.iterations.numpy()) >= last_update(self.train_steps, self.horizon):
             self.model.stop_training = True

@@ -8,7 +8,7 @@ import keras
 import tensorflow as tf
 
 from tf_transformer.training.optimizers import current_learning_rate
-from tf_transformer.training.schedules import horizon_of
+from tf_transformer.training.schedules import horizon_of, last_update
 
 
 def _number(value: float) -> str:
@@ -53,9 +53,7 @@ class ProgressLogger(keras.callbacks.Callback):
 
     def _where(self) -> str:
         step = int(self.model.optimizer.iterations.numpy())
-        horizon = horizon_of(self.model.optimizer)
-        last = int(horizon.numpy()) if horizon is not None else 0  # 0: not estimated yet
-        parts = [f"step {step}/{min(last, self.train_steps) if last > 0 else self.train_steps}"]
+        parts = [f"step {step}/{last_update(self.train_steps, horizon_of(self.model.optimizer))}"]
         minutes = (time.perf_counter() - self.start) / 60.0
         parts.append(f"{minutes:.1f}/{self.max_minutes:g} min" if self.max_minutes else f"{minutes:.1f} min")
         return " · ".join(parts)

@@ -42,7 +42,7 @@ from tf_transformer.training.optimizers import micro_batches_done
 from tf_transformer.training.options import OptionError, Resolved, config_differences
 from tf_transformer.training.progress import ProgressLogger, ThroughputMonitor
 from tf_transformer.training.recipe import compile_model
-from tf_transformer.training.schedules import BudgetSchedule, horizon_of, schedule_of
+from tf_transformer.training.schedules import BudgetSchedule, horizon_of, last_update, schedule_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,12 +152,9 @@ class PreparedRun:
         if self.state.best is not None and self.state.best.exhausted():
             return True
         updates = int(self.model.optimizer.iterations.numpy())
-        horizon = horizon_of(self.model.optimizer)
-        if horizon is not None and 0 < int(horizon.numpy()) <= updates:  # a budget run at its horizon
+        if updates >= last_update(self.inputs.train_steps, horizon_of(self.model.optimizer)):  # or a budget's horizon
             return True
-        if self.by_epochs:
-            return self.done_micro >= self.inputs.total_micro
-        return updates >= self.inputs.train_steps
+        return self.by_epochs and self.done_micro >= self.inputs.total_micro
 
     def stream(self) -> tf.data.Dataset:
         """The weighted global batches from the first micro-batch not yet trained on."""

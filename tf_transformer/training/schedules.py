@@ -117,6 +117,13 @@ def horizon_of(optimizer: keras.optimizers.Optimizer) -> tf.Variable | None:
     return getattr(schedule_of(optimizer), "horizon", None)
 
 
+def last_update(train_steps: int, horizon: tf.Variable | None) -> int:
+    """The update a run ends at: its ``train_steps``, or sooner a budget schedule's ``horizon`` once known
+    (0 until then), where the rate is zero."""
+    known = int(horizon.numpy()) if horizon is not None else 0
+    return min(known, train_steps) if known > 0 else train_steps
+
+
 def paper_optimizer(
     d_model: int,
     warmup_steps: int = 4000,
