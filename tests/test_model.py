@@ -117,6 +117,7 @@ def test_keras_file_round_trip(tmp_path, overrides):
     model.save(path)
     reloaded = keras.saving.load_model(path)
     assert isinstance(reloaded, Transformer)
+    assert reloaded.config == model.config
     assert len(reloaded.weights) == len(model.weights)
     np.testing.assert_array_equal(np.asarray(reloaded(batch)), expected)
 
@@ -176,8 +177,8 @@ def test_attention_weights_are_the_ones_the_model_used(overrides):
     ids = {"inputs": source, "targets": targets}
     logits, weights = model.attention_weights(ids)
     np.testing.assert_allclose(np.asarray(logits), np.asarray(model(ids, training=False)), atol=1e-5)
-    assert len(weights["encoder"]) == len(weights["decoder"]) == model.num_layers
-    heads = model.num_heads
+    assert len(weights["encoder"]) == len(weights["decoder"]) == model.config.num_layers
+    heads = model.config.num_heads
     for layer in weights["encoder"]:
         w = np.asarray(layer["self_attention"])
         assert w.shape == (2, heads, 6, 6)
@@ -194,7 +195,7 @@ def test_attention_weights_are_the_ones_the_model_used(overrides):
     embedded = np.asarray(model.source_embedding(source))
     x = embedded + np.asarray(model.encoder.position_layer(embedded))[None]
     layer = model.encoder.encoder_layers[0]
-    h = np.asarray(layer.self_attention_residual.norm(x)) if model.pre_norm else x
+    h = np.asarray(layer.self_attention_residual.norm(x)) if model.config.pre_norm else x
     attention = layer.self_attention
     q = np.asarray(attention.split_heads(attention.query_dense(h), attention.key_dim))
     k = np.asarray(attention.split_heads(attention.key_dense(h), attention.key_dim))

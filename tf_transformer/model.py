@@ -23,13 +23,9 @@ class Transformer(keras.Model):
     tied to the projection. Id 0 is padding everywhere.
 
     Args:
-      vocab_size: (target, or shared) vocabulary size.
-      num_layers, d_model, d_ff, num_heads, key_dim, value_dim, dropout,
-      attention_dropout, relu_dropout, position, max_positions, pre_norm,
-      layer_norm_epsilon, shared_embeddings, source_vocab_size, activation,
-      logits_bias, position_layout, position_timescales, zero_bos_embedding: as in
-      :class:`configs.TransformerConfig` (``key_dim``/``value_dim`` are
-      required here; the factory :func:`build_transformer` resolves them).
+      config: the model's frozen :class:`configs.TransformerConfig`, passed whole;
+        each layer is handed the fields it uses. :meth:`get_config` writes its
+        dict and :meth:`from_config` reads it, so a saved model rebuilds from it.
 
     Call args:
       inputs: ``{"inputs": int[batch, src_len], "targets": int[batch, tgt_len]}``;
@@ -40,97 +36,50 @@ class Transformer(keras.Model):
       ``float32[batch, tgt_len, vocab_size]`` logits.
 
     Inference interface (what :mod:`tf_transformer.inference` reads):
-    ``source_embedding``, ``target_embedding`` (``reverse=True`` is the tied
-    pre-softmax projection), ``encoder`` and ``decoder`` (their ``position_layer``,
-    layers and ``finish``); :meth:`attention_weights` for every layer's weights.
+    ``config``, ``source_embedding``, ``target_embedding`` (``reverse=True`` is the
+    tied pre-softmax projection), ``encoder`` and ``decoder`` (their
+    ``position_layer``, layers and ``finish``); :meth:`attention_weights` for every
+    layer's weights.
     """
 
-    def __init__(
-        self,
-        vocab_size: int,
-        num_layers: int = 6,
-        d_model: int = 512,
-        d_ff: int = 2048,
-        num_heads: int = 8,
-        key_dim: int = 64,
-        value_dim: int = 64,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        relu_dropout: float = 0.0,
-        position: str = "sinusoidal",
-        max_positions: int = 1024,
-        pre_norm: bool = False,
-        layer_norm_epsilon: float = 1e-6,
-        attention_bias: bool = False,
-        shared_embeddings: bool = True,
-        source_vocab_size: int | None = None,
-        activation: str = "relu",
-        logits_bias: bool = False,
-        position_layout: str = "interleaved",
-        position_timescales: str = "paper",
-        zero_bos_embedding: bool = False,
-        **kwargs,
-    ):
+    def __init__(self, config: TransformerConfig, **kwargs):
         super().__init__(**kwargs)
-        self.vocab_size = vocab_size
-        self.num_layers = num_layers
-        self.d_model = d_model
-        self.d_ff = d_ff
-        self.num_heads = num_heads
-        self.key_dim = key_dim
-        self.value_dim = value_dim
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.relu_dropout = relu_dropout
-        self.position = position
-        self.max_positions = max_positions
-        self.pre_norm = pre_norm
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.attention_bias = attention_bias
-        self.shared_embeddings = shared_embeddings
-        self.source_vocab_size = source_vocab_size
-        self.activation = activation
-        self.logits_bias = logits_bias
-        self.position_layout = position_layout
-        self.position_timescales = position_timescales
-        self.zero_bos_embedding = zero_bos_embedding
-
+        self.config = config
         policy = self.dtype_policy
         self.target_embedding = SharedEmbedding(
-            vocab_size,
-            d_model,
-            logits_bias=logits_bias,
-            zero_ids=(BOS_ID,) if zero_bos_embedding else (),
+            config.vocab_size,
+            config.d_model,
+            logits_bias=config.logits_bias,
+            zero_ids=(BOS_ID,) if config.zero_bos_embedding else (),
             dtype=policy,
             name="shared_embedding",
         )
-        if shared_embeddings:
+        if config.shared_embeddings:
             self.source_embedding = self.target_embedding
         else:
             self.source_embedding = SharedEmbedding(
-                source_vocab_size or vocab_size, d_model, dtype=policy, name="source_embedding"
+                config.encoder_vocab_size, config.d_model, dtype=policy, name="source_embedding"
             )
         stack = dict(
-            num_layers=num_layers,
-            num_heads=num_heads,
-            key_dim=key_dim,
-            value_dim=value_dim,
-            d_ff=d_ff,
-            dropout=dropout,
-            attention_dropout=attention_dropout,
-            relu_dropout=relu_dropout,
-            pre_norm=pre_norm,
-            layer_norm_epsilon=layer_norm_epsilon,
-            attention_bias=attention_bias,
-            position=position,
-            max_positions=max_positions,
-            activation=activation,
-            position_layout=position_layout,
-            position_timescales=position_timescales,
+            num_heads=config.num_heads,
+            key_dim=config.head_key_dim,
+            value_dim=config.head_value_dim,
+            d_ff=config.d_ff,
+            dropout=config.dropout,
+            attention_dropout=config.attention_dropout,
+            relu_dropout=config.relu_dropout,
+            pre_norm=config.pre_norm,
+            layer_norm_epsilon=config.layer_norm_epsilon,
+            attention_bias=config.attention_bias,
+            position=config.position,
+            max_positions=config.max_positions,
+            activation=config.activation,
+            position_layout=config.position_layout,
+            position_timescales=config.position_timescales,
             dtype=policy,
         )
-        self.encoder = Encoder(**stack, name="encoder")
-        self.decoder = Decoder(**stack, name="decoder")
+        self.encoder = Encoder(num_layers=config.num_layers, **stack, name="encoder")
+        self.decoder = Decoder(num_layers=config.num_layers, **stack, name="decoder")
 
     def encode(self, source_ids, training=None):
         """Runs the encoder: returns ``(memory [batch, src_len, d_model], mask [batch, 1, 1, src_len])``."""
@@ -186,34 +135,12 @@ class Transformer(keras.Model):
         return self
 
     def get_config(self):
-        # Hyper-parameters only (no super(): keras.Model's base config holds just
-        # name/trainable/dtype, which we add explicitly).
+        # The frozen config's dict (keras-hub's backbones do the same), with Keras' name, trainable and dtype.
         return dict(
             name=self.name,
             trainable=self.trainable,
             dtype=keras.dtype_policies.serialize(self.dtype_policy),
-            vocab_size=self.vocab_size,
-            num_layers=self.num_layers,
-            d_model=self.d_model,
-            d_ff=self.d_ff,
-            num_heads=self.num_heads,
-            key_dim=self.key_dim,
-            value_dim=self.value_dim,
-            dropout=self.dropout,
-            attention_dropout=self.attention_dropout,
-            relu_dropout=self.relu_dropout,
-            position=self.position,
-            max_positions=self.max_positions,
-            pre_norm=self.pre_norm,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            attention_bias=self.attention_bias,
-            shared_embeddings=self.shared_embeddings,
-            source_vocab_size=self.source_vocab_size,
-            activation=self.activation,
-            logits_bias=self.logits_bias,
-            position_layout=self.position_layout,
-            position_timescales=self.position_timescales,
-            zero_bos_embedding=self.zero_bos_embedding,
+            config=self.config.to_dict(),
         )
 
     @classmethod
@@ -221,7 +148,7 @@ class Transformer(keras.Model):
         config = dict(config)
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
+        return cls(TransformerConfig.from_dict(config.pop("config")), **config)
 
 
 def build_transformer(config: TransformerConfig, dtype=None, build: bool = True) -> Transformer:
@@ -230,32 +157,7 @@ def build_transformer(config: TransformerConfig, dtype=None, build: bool = True)
     ``dtype`` is a Keras dtype policy name (``"mixed_bfloat16"`` …); ``None``
     uses the global policy.
     """
-    model = Transformer(
-        vocab_size=config.vocab_size,
-        num_layers=config.num_layers,
-        d_model=config.d_model,
-        d_ff=config.d_ff,
-        num_heads=config.num_heads,
-        key_dim=config.head_key_dim,
-        value_dim=config.head_value_dim,
-        dropout=config.dropout,
-        attention_dropout=config.attention_dropout,
-        relu_dropout=config.relu_dropout,
-        position=config.position,
-        max_positions=config.max_positions,
-        pre_norm=config.pre_norm,
-        layer_norm_epsilon=config.layer_norm_epsilon,
-        attention_bias=config.attention_bias,
-        shared_embeddings=config.shared_embeddings,
-        source_vocab_size=None if config.shared_embeddings else config.encoder_vocab_size,
-        activation=config.activation,
-        logits_bias=config.logits_bias,
-        position_layout=config.position_layout,
-        position_timescales=config.position_timescales,
-        zero_bos_embedding=config.zero_bos_embedding,
-        dtype=dtype,
-        name=f"transformer_{config.name}",
-    )
+    model = Transformer(config, dtype=dtype, name=f"transformer_{config.name}")
     if build:
         model.build_for_shapes()
     return model

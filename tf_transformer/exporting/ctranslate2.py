@@ -166,15 +166,15 @@ def transformer_spec(ctranslate2, model, source_tokens: list[str], target_tokens
     """
     check_supported(model)
     specs = ctranslate2.specs
+    config = model.config
     layers = dict(
-        num_layers=model.num_layers,
-        num_heads=model.num_heads,
-        pre_norm=model.pre_norm,
-        activation=getattr(specs.Activation, ACTIVATIONS[getattr(model, "activation", "relu")]),
-        head_dim=None if model.key_dim * model.num_heads == model.d_model else model.key_dim,
+        num_heads=config.num_heads,
+        pre_norm=config.pre_norm,
+        activation=getattr(specs.Activation, ACTIVATIONS[config.activation]),
+        head_dim=None if config.head_key_dim * config.num_heads == config.d_model else config.head_key_dim,
     )
-    encoder = specs.TransformerEncoderSpec(**layers)
-    decoder = specs.TransformerDecoderSpec(**layers)
+    encoder = specs.TransformerEncoderSpec(num_layers=len(model.encoder.encoder_layers), **layers)
+    decoder = specs.TransformerDecoderSpec(num_layers=len(model.decoder.decoder_layers), **layers)
     spec = specs.TransformerSpec(encoder, decoder)
 
     fill_stack(encoder, model.encoder, model.source_embedding, model.encoder.encoder_layers, model)
@@ -186,7 +186,7 @@ def transformer_spec(ctranslate2, model, source_tokens: list[str], target_tokens
     if bias is not None:
         decoder.projection.bias = as_array(bias)
 
-    spec.config.layer_norm_epsilon = float(model.layer_norm_epsilon)
+    spec.config.layer_norm_epsilon = float(config.layer_norm_epsilon)
     spec.config.unk_token = target_tokens[UNK_ID]
     spec.config.bos_token = target_tokens[BOS_ID]
     spec.config.eos_token = target_tokens[EOS_ID]
@@ -199,15 +199,15 @@ def transformer_spec(ctranslate2, model, source_tokens: list[str], target_tokens
 
 def check_supported(model) -> None:
     """Raises ``ValueError`` naming what of ``model`` CTranslate2's Transformer cannot run."""
-    activation = getattr(model, "activation", "relu")
-    if activation not in ACTIVATIONS:
+    config = model.config
+    if config.activation not in ACTIVATIONS:
         raise ValueError(
-            f"The FFN activation {activation!r} has no CTranslate2 counterpart here ({', '.join(ACTIVATIONS)} have)"
+            f"The FFN activation {config.activation!r} has no CTranslate2 counterpart here ({', '.join(ACTIVATIONS)} have)"
         )
-    if model.key_dim != model.value_dim:
+    if config.head_key_dim != config.head_value_dim:
         raise ValueError(
-            f"CTranslate2 needs equal query/key and value head widths; this model has key_dim {model.key_dim} "
-            f"and value_dim {model.value_dim}"
+            f"CTranslate2 needs equal query/key and value head widths; this model has key_dim {config.head_key_dim} "
+            f"and value_dim {config.head_value_dim}"
         )
 
 
@@ -235,8 +235,9 @@ def position_table(stack, model) -> np.ndarray:
     All ``max_positions`` rows of learned positions; for sinusoids at least
     :data:`SINUSOID_ROWS`, computed by the layer itself, whatever its layout.
     """
-    rows = model.max_positions if model.position == "learned" else max(model.max_positions, SINUSOID_ROWS)
-    return as_array(stack.position_layer(np.zeros((1, rows, model.d_model), np.float32)))
+    config = model.config
+    rows = config.max_positions if config.position == "learned" else max(config.max_positions, SINUSOID_ROWS)
+    return as_array(stack.position_layer(np.zeros((1, rows, config.d_model), np.float32)))
 
 
 def fill_attention(spec, attention, residual, fused: bool) -> None:

@@ -69,7 +69,7 @@ def export_info(
         + ((TOKENS_SIGNATURE,) if translator.options.word_tokenizer and not ids_only else ()),
         serving_default="translate_ids" if ids_only else "translate",
         alignment_layer=alignment_layer,
-        source_vocab_size=model.source_vocab_size or model.vocab_size,
+        source_vocab_size=model.config.encoder_vocab_size,
         dtype=model.dtype_policy.name,
         precision_reason=precision_reason,
         task=task.name if task else None,

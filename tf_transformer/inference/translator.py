@@ -64,7 +64,7 @@ class Translator(tf.Module):
         self.options = options or DecodeOptions()
         self.decoding = IncrementalDecoder(model)
         self.constraint = tree_constraint(  # a parser's, or None
-            tokenizer, self.options.tree, model.vocab_size, self.options.renormalize
+            tokenizer, self.options.tree, model.config.vocab_size, self.options.renormalize
         )
         self.frozen_weights = None
         if freeze_weights:
@@ -238,7 +238,7 @@ class Translator(tf.Module):
 
     def check_ids(self, inputs):
         """``int32[batch, src_len]`` from a client: every id inside the vocabulary, or a clear error."""
-        vocab_size = self.model.source_vocab_size or self.model.vocab_size
+        vocab_size = self.model.config.encoder_vocab_size
         checks = [
             tf.debugging.assert_non_negative(inputs, message="Token ids must not be negative"),
             tf.debugging.assert_less(

@@ -38,7 +38,7 @@ def translate_fn(model, tokenizer, max_extra_length: int = 50, batch_tokens: int
     parser's linearization, whose well-formed trees the outputs are kept to (as after training,
     :class:`~tf_transformer.decoding.decode_options.DecodeOptions`' ``tree``).
     """
-    decode = _greedy(model, max_extra_length, tree_constraint(tokenizer, tree, model.vocab_size))
+    decode = _greedy(model, max_extra_length, tree_constraint(tokenizer, tree, model.config.vocab_size))
 
     def translate(sources: list[str]) -> list[str]:
         batches = list(pipelines.evaluation_dataset(sources, tokenizer, tokens_per_batch=batch_tokens))
@@ -56,7 +56,7 @@ def attention_fn(model, tokenizer, max_extra_length: int = 50, tree: str | None 
     teacher-forced over its translation and keeps every layer's attention (the
     TensorBoard images of :class:`DevEvaluation`).
     """
-    decode = _greedy(model, max_extra_length, tree_constraint(tokenizer, tree, model.vocab_size))
+    decode = _greedy(model, max_extra_length, tree_constraint(tokenizer, tree, model.config.vocab_size))
     processor = tokenizer.python_processor()  # the pieces of the graph tokenizer's ids
 
     def maps(sources: list[str]) -> list[AttentionMaps]:
