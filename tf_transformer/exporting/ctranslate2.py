@@ -202,7 +202,8 @@ def check_supported(model) -> None:
     config = model.config
     if config.activation not in ACTIVATIONS:
         raise ValueError(
-            f"The FFN activation {config.activation!r} has no CTranslate2 counterpart here ({', '.join(ACTIVATIONS)} have)"
+            f"The FFN activation {config.activation!r} has no CTranslate2 counterpart here "
+            f"({', '.join(ACTIVATIONS)} have)"
         )
     if config.head_key_dim != config.head_value_dim:
         raise ValueError(
