@@ -162,7 +162,8 @@ def test_model_info_cli():
     )
     assert result.returncode == 0, result.stderr
     info = json.loads(result.stdout.strip().splitlines()[-1])
-    assert info["config"] == "tiny" and info["vocab_size"] == 300
+    assert info["config"] == "tiny" and info["model"]["vocab_size"] == 300
+    assert info["encoder_layers"] == info["decoder_layers"] == 2
     assert info["params"] == tiny_model(vocab_size=300).count_params()
     bad = subprocess.run([str(script), "--config", "huge"], capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "--config" in bad.stderr

@@ -492,8 +492,8 @@ def load_weights(model, path: str, model_dir: str, config: TransformerConfig) ->
         ) from None
     except (AssertionError, ValueError) as error:
         raise CheckpointError(
-            f"{path} does not match the model of {os.path.join(model_dir, CONFIG_FILE)} ({config.name}, "
-            f"{config.num_layers} layers, d_model {config.d_model}): {first_line(error)}"
+            f"{path} does not match the model of {os.path.join(model_dir, CONFIG_FILE)} ({config.name}): "
+            f"{first_line(error)}"
         ) from None
     logging.info("Loaded %s", path)
 

@@ -22,7 +22,7 @@ def test_import_export_translate_and_serve(tmp_path):
     done = run_command("tft-import", "--source", FIXTURE, "--model_dir", run)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["position_timescales"] == "tensor2tensor" and summary["layers"] == 2
+    assert summary["model"]["position_timescales"] == "tensor2tensor" and summary["model"]["num_layers"] == 2
     again = run_command("tft-import", "--source", FIXTURE, "--model_dir", run)
     assert again.returncode != 0 and "exists" in again.stderr  # an existing run is never overwritten silently
 

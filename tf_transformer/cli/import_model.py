@@ -47,17 +47,7 @@ def main(argv):
     except (FileExistsError, ValueError, OSError) as error:  # ModelImportError is a ValueError
         raise app.UsageError(str(error)) from None
     config, _ = load_run(FLAGS.model_dir)
-    print(
-        json.dumps(
-            {
-                "model_dir": FLAGS.model_dir,
-                "layers": config.num_layers,
-                "d_model": config.d_model,
-                "vocab_size": config.vocab_size,
-                "position_timescales": config.position_timescales,
-            }
-        )
-    )
+    print(json.dumps({"model_dir": FLAGS.model_dir, "model": config.to_dict()}))
 
 
 def run():

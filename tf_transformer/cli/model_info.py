@@ -31,13 +31,11 @@ def model_info(config_name: str, vocab_size: int | None = None) -> dict:
         "config": config.name,
         "params": int(model.count_params()),
         "embedding_params": embedding_params,
-        "vocab_size": config.vocab_size,
-        "num_layers": config.num_layers,
-        "d_model": config.d_model,
-        "d_ff": config.d_ff,
-        "num_heads": config.num_heads,
+        "encoder_layers": len(model.encoder.encoder_layers),
+        "decoder_layers": len(model.decoder.decoder_layers),
         "key_dim": config.head_key_dim,
         "value_dim": config.head_value_dim,
+        "model": config.to_dict(),
     }
 
 

@@ -242,10 +242,11 @@ def export_run(
         model = inference_copy(model, dtype)
     vocabulary = vocabulary_path(model_dir)
     translator = Translator(model, run_tokenizer(model_dir), options)
+    depth = len(model.decoder.decoder_layers)
     if alignment_layer in ("last", "penultimate"):
-        alignment_layer = max(config.num_layers - (1 if alignment_layer == "last" else 2), 0)
-    if alignment_layer is not None and not 0 <= alignment_layer < config.num_layers:
-        raise ValueError(f"alignment_layer {alignment_layer}: the decoder has layers 0 to {config.num_layers - 1}")
+        alignment_layer = max(depth - (1 if alignment_layer == "last" else 2), 0)
+    if alignment_layer is not None and not 0 <= alignment_layer < depth:
+        raise ValueError(f"alignment_layer {alignment_layer}: the decoder has layers 0 to {depth - 1}")
     return export_translator(
         translator,
         vocabulary,
