@@ -29,6 +29,10 @@ class TransformerConfig:
 
     Model (paper section 3, Table 3 column names):
       num_layers: N, the number of encoder layers and of decoder layers.
+      encoder_layers, decoder_layers: each stack's own depth where they differ
+        (``None`` → ``num_layers``; the paper's stacks are equal, section 3.1).
+        Decoding runs the decoder once per output token and the encoder once per
+        sentence, so a deep encoder with a shallow decoder decodes faster.
       d_model: width of every sub-layer output and of the embeddings.
       d_ff: inner width of the position-wise feed-forward network (eq. 2).
       num_heads: h, the number of attention heads.
@@ -83,6 +87,8 @@ class TransformerConfig:
     name: str = "base"
     # Model.
     num_layers: int = 6
+    encoder_layers: int | None = None
+    decoder_layers: int | None = None
     d_model: int = 512
     d_ff: int = 2048
     num_heads: int = 8
@@ -123,6 +129,9 @@ class TransformerConfig:
         for field in ("num_layers", "d_model", "d_ff", "num_heads", "vocab_size", "max_positions"):
             if getattr(self, field) <= 0:
                 fail(field, f"must be positive, got {getattr(self, field)}")
+        for field in ("encoder_layers", "decoder_layers"):
+            if getattr(self, field) is not None and getattr(self, field) <= 0:
+                fail(field, f"must be positive, got {getattr(self, field)}")
         if self.key_dim is None and self.d_model % self.num_heads:
             fail("key_dim", f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}; set key_dim")
         if self.value_dim is None and self.d_model % self.num_heads:
@@ -139,6 +148,16 @@ class TransformerConfig:
         for field, allowed in choices.items():
             if getattr(self, field) not in allowed:
                 fail(field, f"must be one of {', '.join(allowed)}; got {getattr(self, field)!r}")
+
+    @property
+    def encoder_depth(self) -> int:
+        """Encoder layers actually built: ``encoder_layers`` or N (section 3.1)."""
+        return self.encoder_layers if self.encoder_layers is not None else self.num_layers
+
+    @property
+    def decoder_depth(self) -> int:
+        """Decoder layers actually built: ``decoder_layers`` or N (section 3.1)."""
+        return self.decoder_layers if self.decoder_layers is not None else self.num_layers
 
     @property
     def head_key_dim(self) -> int:

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from configs import get_config
 from tf_transformer import Transformer, build_transformer
+from tf_transformer.flops import forward_flops
 
 RNG = np.random.default_rng(2)
 
@@ -49,6 +50,28 @@ def test_parameter_count_matches_table3(name):
     params = model.count_params() / 1e6
     paper = PAPER_PARAMS_MILLIONS[name]
     assert abs(params - paper) / paper <= 0.07, f"{name}: {params:.1f}M vs paper {paper}M"
+
+
+def test_encoder_and_decoder_depths_build_what_they_say():
+    """A 3-layer encoder and 1-layer decoder: the parameters counted by hand from section 3's shapes."""
+    config = get_config("tiny", encoder_layers=3, decoder_layers=1)  # d_model 32, d_ff 64, vocab 256
+    model = build_transformer(config)
+    assert (len(model.encoder.encoder_layers), len(model.decoder.decoder_layers)) == (3, 1)
+    d, d_ff = 32, 64
+    attention = 4 * d * d  # W^Q, W^K, W^V, W^O, no biases (section 3.2.2)
+    norm = 2 * d  # gain and bias
+    ffn = d * d_ff + d_ff + d_ff * d + d  # eq. 2's W1, b1, W2, b2
+    encoder_layer = attention + ffn + 2 * norm
+    decoder_layer = 2 * attention + ffn + 3 * norm
+    assert model.count_params() == 256 * d + 3 * encoder_layer + 1 * decoder_layer
+    _, weights = model.attention_weights({"inputs": random_ids(1, 4), "targets": random_ids(1, 3)})
+    assert (len(weights["encoder"]), len(weights["decoder"])) == (3, 1)
+    assert Transformer.from_config(model.get_config()).config == config
+    equal = get_config("tiny", num_layers=3)
+    assert forward_flops(config, 8, 20, 20) < forward_flops(equal, 8, 20, 20)  # two decoder layers fewer
+    assert get_config("tiny", num_layers=5).encoder_depth == 5  # unset depths follow N
+    with pytest.raises(ValueError, match="decoder_layers"):
+        get_config("tiny", decoder_layers=0)
 
 
 def test_untied_embeddings_would_be_far_off():

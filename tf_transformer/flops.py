@@ -13,7 +13,6 @@ def forward_flops(config: TransformerConfig, batch: int, src_len: int, tgt_len: 
     LayerNorm, dropout) is ignored, as is usual for MFU.
     """
     d, h, dk, dv, dff = config.d_model, config.num_heads, config.head_key_dim, config.head_value_dim, config.d_ff
-    n = config.num_layers
 
     def attention(q_tokens, kv_tokens, q_len, k_len):
         projections = q_tokens * d * h * dk + kv_tokens * d * h * (dk + dv) + q_tokens * h * dv * d
@@ -22,8 +21,9 @@ def forward_flops(config: TransformerConfig, batch: int, src_len: int, tgt_len: 
 
     src, tgt = batch * src_len, batch * tgt_len
     ffn = d * dff * 2
-    encoder = n * (attention(src, src, src_len, src_len) + src * ffn)
-    decoder = n * (attention(tgt, tgt, tgt_len, tgt_len) + attention(tgt, src, tgt_len, src_len) + tgt * ffn)
+    encoder_layer = attention(src, src, src_len, src_len) + src * ffn
+    decoder_layer = attention(tgt, tgt, tgt_len, tgt_len) + attention(tgt, src, tgt_len, src_len) + tgt * ffn
+    encoder, decoder = config.encoder_depth * encoder_layer, config.decoder_depth * decoder_layer
     logits = tgt * d * config.vocab_size
     return 2 * (encoder + decoder + logits)
 

@@ -78,8 +78,8 @@ class Transformer(keras.Model):
             position_timescales=config.position_timescales,
             dtype=policy,
         )
-        self.encoder = Encoder(num_layers=config.num_layers, **stack, name="encoder")
-        self.decoder = Decoder(num_layers=config.num_layers, **stack, name="decoder")
+        self.encoder = Encoder(num_layers=config.encoder_depth, **stack, name="encoder")
+        self.decoder = Decoder(num_layers=config.decoder_depth, **stack, name="decoder")
 
     def encode(self, source_ids, training=None):
         """Runs the encoder: returns ``(memory [batch, src_len, d_model], mask [batch, 1, 1, src_len])``."""

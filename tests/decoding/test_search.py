@@ -27,6 +27,7 @@ RNG = np.random.default_rng(5)
         ({}, None, 1e-4),
         ({"pre_norm": True, "position": "learned"}, None, 1e-4),
         ({"attention_bias": True, "key_dim": 8, "value_dim": 12}, None, 1e-4),  # fused q|k|v of unequal widths
+        ({"encoder_layers": 3, "decoder_layers": 1}, None, 1e-4),  # a deep encoder, a shallow decoder
         ({}, "mixed_bfloat16", 3e-2),  # decoding kernels cast once per search instead of per call
     ],
 )
