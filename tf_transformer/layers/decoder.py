@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import keras
 
-from tf_transformer.layers.attention import MultiHeadAttention
-from tf_transformer.layers.feed_forward import PositionwiseFeedForward
-from tf_transformer.layers.residual import ResidualSublayer
-from tf_transformer.layers.stack import LayerStack, layer_hyperparameters
+from tf_transformer.layers.stack import LayerStack, TransformerLayer
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class DecoderLayer(keras.layers.Layer):
+class DecoderLayer(TransformerLayer):
     """Masked self-attention, encoder-decoder attention, FFN (section 3.1).
 
     "In addition to the two sub-layers in each encoder layer, the decoder inserts
     a third sub-layer, which performs multi-head attention over the output of the
     encoder stack." Each sub-layer is wrapped residually as in the encoder.
 
-    Args: as :class:`~tf_transformer.layers.encoder.EncoderLayer`.
+    Args: as :class:`~tf_transformer.layers.stack.TransformerLayer`.
 
     Call args:
       x: ``[batch, tgt_len, d_model]``.
@@ -39,59 +36,14 @@ class DecoderLayer(keras.layers.Layer):
     ``feed_forward_residual``).
     """
 
-    def __init__(
-        self,
-        num_heads: int,
-        key_dim: int,
-        value_dim: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        relu_dropout: float = 0.0,
-        pre_norm: bool = False,
-        layer_norm_epsilon: float = 1e-6,
-        attention_bias: bool = False,
-        activation: str = "relu",
-        **kwargs,
-    ):
+    def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.num_heads = num_heads
-        self.key_dim = key_dim
-        self.value_dim = value_dim
-        self.d_ff = d_ff
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.relu_dropout = relu_dropout
-        self.pre_norm = pre_norm
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.attention_bias = attention_bias
-        self.activation = activation
-        residual = dict(dropout=dropout, pre_norm=pre_norm, layer_norm_epsilon=layer_norm_epsilon)
-        policy = self.dtype_policy
-        self.self_attention = MultiHeadAttention(
-            num_heads,
-            key_dim,
-            value_dim,
-            dropout=attention_dropout,
-            use_bias=attention_bias,
-            dtype=policy,
-            name="self_attention",
-        )
-        self.self_attention_residual = ResidualSublayer(**residual, dtype=policy, name="self_attention_residual")
-        self.cross_attention = MultiHeadAttention(
-            num_heads,
-            key_dim,
-            value_dim,
-            dropout=attention_dropout,
-            use_bias=attention_bias,
-            dtype=policy,
-            name="cross_attention",
-        )
-        self.cross_attention_residual = ResidualSublayer(**residual, dtype=policy, name="cross_attention_residual")
-        self.feed_forward = PositionwiseFeedForward(
-            d_ff, relu_dropout=relu_dropout, activation=activation, dtype=policy, name="feed_forward"
-        )
-        self.feed_forward_residual = ResidualSublayer(**residual, dtype=policy, name="feed_forward_residual")
+        self.self_attention = self.make_attention("self_attention")
+        self.self_attention_residual = self.make_residual("self_attention_residual")
+        self.cross_attention = self.make_attention("cross_attention")
+        self.cross_attention_residual = self.make_residual("cross_attention_residual")
+        self.feed_forward = self.make_feed_forward()
+        self.feed_forward_residual = self.make_residual("feed_forward_residual")
 
     def build(self, x_shape, memory_shape):
         self.self_attention.build(x_shape, x_shape)
@@ -129,11 +81,6 @@ class DecoderLayer(keras.layers.Layer):
 
     def compute_output_shape(self, x_shape, memory_shape):
         return x_shape
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(layer_hyperparameters(self))
-        return config
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")

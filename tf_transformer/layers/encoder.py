@@ -4,25 +4,14 @@ from __future__ import annotations
 
 import keras
 
-from tf_transformer.layers.attention import MultiHeadAttention
-from tf_transformer.layers.feed_forward import PositionwiseFeedForward
-from tf_transformer.layers.residual import ResidualSublayer
-from tf_transformer.layers.stack import LayerStack, layer_hyperparameters
+from tf_transformer.layers.stack import LayerStack, TransformerLayer
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class EncoderLayer(keras.layers.Layer):
+class EncoderLayer(TransformerLayer):
     """Self-attention then a position-wise FFN, each wrapped residually (section 3.1).
 
-    Args:
-      num_heads, key_dim, value_dim: the attention's h, d_k, d_v.
-      d_ff: the FFN's inner width.
-      dropout: residual dropout P_drop (section 5.4).
-      attention_dropout, relu_dropout: optional extra dropouts (0 in the paper).
-      pre_norm: pre-LN instead of the paper's post-LN.
-      layer_norm_epsilon: LayerNormalization epsilon.
-      attention_bias: biases in the attention projections (none in the paper).
-      activation: the FFN's inner activation (the paper's ReLU; Marian's models use swish).
+    Args: as :class:`~tf_transformer.layers.stack.TransformerLayer`.
 
     Call args:
       x: ``[batch, src_len, d_model]``.
@@ -39,50 +28,12 @@ class EncoderLayer(keras.layers.Layer):
     ``feed_forward_residual``.
     """
 
-    def __init__(
-        self,
-        num_heads: int,
-        key_dim: int,
-        value_dim: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        relu_dropout: float = 0.0,
-        pre_norm: bool = False,
-        layer_norm_epsilon: float = 1e-6,
-        attention_bias: bool = False,
-        activation: str = "relu",
-        **kwargs,
-    ):
+    def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.num_heads = num_heads
-        self.key_dim = key_dim
-        self.value_dim = value_dim
-        self.d_ff = d_ff
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.relu_dropout = relu_dropout
-        self.pre_norm = pre_norm
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.attention_bias = attention_bias
-        self.activation = activation
-        residual = dict(dropout=dropout, pre_norm=pre_norm, layer_norm_epsilon=layer_norm_epsilon)
-        self.self_attention = MultiHeadAttention(
-            num_heads,
-            key_dim,
-            value_dim,
-            dropout=attention_dropout,
-            use_bias=attention_bias,
-            dtype=self.dtype_policy,
-            name="self_attention",
-        )
-        self.self_attention_residual = ResidualSublayer(
-            **residual, dtype=self.dtype_policy, name="self_attention_residual"
-        )
-        self.feed_forward = PositionwiseFeedForward(
-            d_ff, relu_dropout=relu_dropout, activation=activation, dtype=self.dtype_policy, name="feed_forward"
-        )
-        self.feed_forward_residual = ResidualSublayer(**residual, dtype=self.dtype_policy, name="feed_forward_residual")
+        self.self_attention = self.make_attention("self_attention")
+        self.self_attention_residual = self.make_residual("self_attention_residual")
+        self.feed_forward = self.make_feed_forward()
+        self.feed_forward_residual = self.make_residual("feed_forward_residual")
 
     def build(self, x_shape):
         self.self_attention.build(x_shape, x_shape)
@@ -106,11 +57,6 @@ class EncoderLayer(keras.layers.Layer):
 
     def compute_output_shape(self, x_shape):
         return x_shape
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(layer_hyperparameters(self))
-        return config
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")

@@ -1,28 +1,109 @@
-"""What the encoder and decoder stacks share (section 3.1): positions, dropout, N layers, hyper-parameters."""
+"""What the encoder and decoder share (section 3.1): their layers' hyper-parameters and sub-layers, and
+the stacks' positions, dropout and N layers."""
 
 from __future__ import annotations
 
 import keras
 
+from tf_transformer.layers.attention import MultiHeadAttention
+from tf_transformer.layers.feed_forward import PositionwiseFeedForward
 from tf_transformer.layers.normalization import LayerNormalization
 from tf_transformer.layers.position import LearnedPositionEmbedding, SinusoidalPositionEncoding
+from tf_transformer.layers.residual import ResidualSublayer
+
+# The hyper-parameters of an encoder or decoder layer, in their constructors' order.
+LAYER_HYPERPARAMETERS = (
+    "num_heads",
+    "key_dim",
+    "value_dim",
+    "d_ff",
+    "dropout",
+    "attention_dropout",
+    "relu_dropout",
+    "pre_norm",
+    "layer_norm_epsilon",
+    "attention_bias",
+    "activation",
+)
 
 
 def layer_hyperparameters(layer) -> dict:
-    """The hyper-parameters shared by encoder and decoder layers, for get_config."""
-    return dict(
-        num_heads=layer.num_heads,
-        key_dim=layer.key_dim,
-        value_dim=layer.value_dim,
-        d_ff=layer.d_ff,
-        dropout=layer.dropout,
-        attention_dropout=layer.attention_dropout,
-        relu_dropout=layer.relu_dropout,
-        pre_norm=layer.pre_norm,
-        layer_norm_epsilon=layer.layer_norm_epsilon,
-        attention_bias=layer.attention_bias,
-        activation=layer.activation,
-    )
+    """The hyper-parameters shared by encoder and decoder layers (and held by their stacks), for get_config."""
+    return {name: getattr(layer, name) for name in LAYER_HYPERPARAMETERS}
+
+
+class TransformerLayer(keras.layers.Layer):
+    """What an encoder and a decoder layer share (section 3.1): their hyper-parameters, and how each
+    builds its multi-head attentions, its FFN and the residual wrapper around each sub-layer.
+
+    Args:
+      num_heads, key_dim, value_dim: the attention's h, d_k, d_v.
+      d_ff: the FFN's inner width.
+      dropout: residual dropout P_drop (section 5.4).
+      attention_dropout, relu_dropout: optional extra dropouts (0 in the paper).
+      pre_norm: pre-LN instead of the paper's post-LN.
+      layer_norm_epsilon: LayerNormalization epsilon.
+      attention_bias: biases in the attention projections (none in the paper).
+      activation: the FFN's inner activation (the paper's ReLU; Marian's models use swish).
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        key_dim: int,
+        value_dim: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        relu_dropout: float = 0.0,
+        pre_norm: bool = False,
+        layer_norm_epsilon: float = 1e-6,
+        attention_bias: bool = False,
+        activation: str = "relu",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim
+        self.d_ff = d_ff
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.relu_dropout = relu_dropout
+        self.pre_norm = pre_norm
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.attention_bias = attention_bias
+        self.activation = activation
+
+    def make_attention(self, name: str) -> MultiHeadAttention:
+        return MultiHeadAttention(
+            self.num_heads,
+            self.key_dim,
+            self.value_dim,
+            dropout=self.attention_dropout,
+            use_bias=self.attention_bias,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def make_feed_forward(self, name: str = "feed_forward") -> PositionwiseFeedForward:
+        return PositionwiseFeedForward(
+            self.d_ff, relu_dropout=self.relu_dropout, activation=self.activation, dtype=self.dtype_policy, name=name
+        )
+
+    def make_residual(self, name: str) -> ResidualSublayer:
+        return ResidualSublayer(
+            dropout=self.dropout,
+            pre_norm=self.pre_norm,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(layer_hyperparameters(self))
+        return config
 
 
 def make_position_layer(
