@@ -90,7 +90,7 @@ class Decoder(LayerStack):
     Takes the scaled target embeddings (shifted right: BOS first) and returns
     the final hidden states; the model projects them with the shared embedding.
 
-    Args: as :class:`~tf_transformer.layers.encoder.Encoder`.
+    Args: as :class:`~tf_transformer.layers.stack.LayerStack`.
 
     Call args:
       embedded: ``[batch, tgt_len, d_model]``.

@@ -67,10 +67,7 @@ class Encoder(LayerStack):
     with the decoder, so the model owns it). With ``pre_norm`` a final
     LayerNormalization closes the stack, as every pre-LN implementation does.
 
-    Args:
-      num_layers: N.
-      position: ``"sinusoidal"`` or ``"learned"``; max_length bounds the latter.
-      (other args as :class:`EncoderLayer`)
+    Args: as :class:`~tf_transformer.layers.stack.LayerStack`.
 
     Call args:
       embedded: ``[batch, src_len, d_model]`` scaled token embeddings.

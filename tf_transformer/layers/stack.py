@@ -131,6 +131,13 @@ class LayerStack(keras.layers.Layer):
     Subclasses name the layer class (``layer_class``) and the attribute holding the
     list of layers (``layers_attribute``: ``encoder_layers``, ``decoder_layers``).
 
+    Args:
+      num_layers: N.
+      position: ``"sinusoidal"`` or ``"learned"``; ``max_positions`` bounds the latter.
+      position_layout, position_timescales: the sinusoids' (:class:`SinusoidalPositionEncoding`).
+      Keyword arguments named in :data:`LAYER_HYPERPARAMETERS` go to each layer
+      (:class:`TransformerLayer`); the stack holds their values too.
+
     Inference interface: ``position_layer``, the list of layers, the hyper-parameters
     (``num_heads``, ``key_dim``, ``value_dim``) and :meth:`finish`.
     """
@@ -141,52 +148,35 @@ class LayerStack(keras.layers.Layer):
     def __init__(
         self,
         num_layers: int,
-        num_heads: int,
-        key_dim: int,
-        value_dim: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        relu_dropout: float = 0.0,
-        pre_norm: bool = False,
-        layer_norm_epsilon: float = 1e-6,
-        attention_bias: bool = False,
         position: str = "sinusoidal",
         max_positions: int = 1024,
-        activation: str = "relu",
         position_layout: str = "interleaved",
         position_timescales: str = "paper",
         **kwargs,
     ):
+        # The layers' hyper-parameters (LAYER_HYPERPARAMETERS) go to each layer; the stack reads them back.
+        layer_arguments = {name: kwargs.pop(name) for name in LAYER_HYPERPARAMETERS if name in kwargs}
         super().__init__(**kwargs)
+        if num_layers < 1:
+            raise ValueError(f"{self.name}: num_layers must be positive, got {num_layers}")
         self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.key_dim = key_dim
-        self.value_dim = value_dim
-        self.d_ff = d_ff
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.relu_dropout = relu_dropout
-        self.pre_norm = pre_norm
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.attention_bias = attention_bias
         self.position = position
         self.max_positions = max_positions
-        self.activation = activation
         self.position_layout = position_layout
         self.position_timescales = position_timescales
         self.position_layer = make_position_layer(
             position, max_positions, self.dtype_policy, layout=position_layout, timescales=position_timescales
         )
-        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="embedding_dropout")
         layers = [
-            self.layer_class(**layer_hyperparameters(self), dtype=self.dtype_policy, name=f"layer_{i}")
-            for i in range(num_layers)
+            self.layer_class(**layer_arguments, dtype=self.dtype_policy, name=f"layer_{i}") for i in range(num_layers)
         ]
+        for name, value in layer_hyperparameters(layers[0]).items():
+            setattr(self, name, value)
         setattr(self, self.layers_attribute, layers)
+        self.embedding_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="embedding_dropout")
         self.final_norm = (
-            LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm")
-            if pre_norm
+            LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm")
+            if self.pre_norm
             else None
         )
         # Also one attribute per layer: TensorFlow checkpoints (tf.train.Checkpoint)
