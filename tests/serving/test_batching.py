@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tf_transformer.serving.batching import BatchScheduler
-from tf_transformer.serving.requests import Unavailable
+from tf_transformer.serving.rest_api import Unavailable
 
 
 class Model:

@@ -308,7 +308,7 @@ def echo_port():
 @settings(max_examples=200, deadline=None)
 @given(raw_bodies())
 def test_any_raw_body_over_http_is_answered_and_never_500(echo_port, raw):
-    """Bodies as bytes (tests/serving/test_requests.py), through the handler: 200 or a 4xx, never a 500."""
+    """Bodies as bytes (tests/serving/test_rest_api.py), through the handler: 200 or a 4xx, never a 500."""
     status, reply = request(echo_port, "POST", "/v1/models/m:predict", raw=raw, timeout=30)
     assert status == 200 or (400 <= status < 500 and isinstance(reply["error"], str)), (status, reply)
 

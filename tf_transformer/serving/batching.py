@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from absl import logging
 
-from tf_transformer.serving.requests import Unavailable
+from tf_transformer.serving.rest_api import Unavailable
 
 
 @dataclasses.dataclass

@@ -2,7 +2,7 @@
 
   GET  /v1/models/<name>[/versions/<v>]               version status (TF Serving's)
   GET  /v1/models/<name>[/versions/<v>]/metadata      signatures (TF Serving's)
-  POST /v1/models/<name>[/versions/<v>]:predict       TF Serving's predict (:mod:`.requests`)
+  POST /v1/models/<name>[/versions/<v>]:predict       TF Serving's predict (:mod:`.rest_api`)
   GET  /monitoring/prometheus/metrics                 Prometheus metrics (TF Serving's path, :mod:`.metrics`)
   GET  /healthz                                       200 while the process serves HTTP
   GET  /readyz                                        200 once a version is loaded, 503 before and when stopping
@@ -49,7 +49,7 @@ from aiohttp.web_protocol import RequestPayloadError
 from tf_transformer.exporting.export_info import graph_error
 from tf_transformer.serving import metrics as metrics_lib
 from tf_transformer.serving.batching import BatchScheduler
-from tf_transformer.serving.requests import (
+from tf_transformer.serving.rest_api import (
     ClientError,
     NotFound,
     Unavailable,
