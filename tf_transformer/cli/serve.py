@@ -3,8 +3,8 @@
 tft-serve --model saved_models/multi30k_en_de --port 8501
 curl -d '{"instances": ["A dog runs on the beach."]}' localhost:8501/v1/models/multi30k_en_de:predict
 
-Flags named as TF Serving's mean what they mean there (docs/serving.md); each serving flag is a field of
-:class:`~configs.serving.ServingOptions`, which holds its default.
+Flags named as TF Serving's mean what they mean there (docs/serving.md). Each serving flag is a field
+of ServingOptions (configs/serving.py), which holds its default, bound and help.
 """
 
 from __future__ import annotations
