@@ -135,6 +135,9 @@ def test_expect_100_continue_gets_413_before_the_body():
         head = b"POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n"
         [(status, reply)] = responses(raw_exchange(port, head, timeout=10))
         assert status == 413 and "Maximum request body size 100 exceeded" in reply["error"]
+        odd = b"POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: something-else\r\n"
+        [(status, reply)] = responses(raw_exchange(port, odd + b"Connection: close\r\n\r\n{}", timeout=10))
+        assert status == 417 and "Unknown Expect" in reply["error"]
         put = b"PUT /v1/models/m HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
         [(status, reply)] = responses(raw_exchange(port, put, timeout=10))
         assert status == 405 and "PUT is not allowed" in reply["error"]  # the router's errors, as JSON too

@@ -357,11 +357,11 @@ class RestServer:
         return await asyncio.get_running_loop().run_in_executor(self._pool, function, *args)
 
 
-async def _continue_unless_too_large(request: web.Request) -> None:
+async def _continue_unless_too_large(request: web.Request) -> web.Response | None:
     """``Expect: 100-continue``: the client sends its body once told to; a body over the limit is not asked for,
     the handler answers 413 instead. Writes the interim answer as aiohttp's docs do."""
     if request.headers.get("Expect", "").lower() != "100-continue":
-        raise web.HTTPExpectationFailed(text=f"Unknown Expect: {request.headers['Expect']}")
+        return _error(417, f"Unknown Expect: {request.headers['Expect']}; only 100-continue is understood")
     length = request.content_length
     if request.version >= HttpVersion11 and (length is None or length <= request.client_max_size):
         request.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
