@@ -22,7 +22,7 @@ INSTALL_REQUIRES = [
     "safetensors==0.8.0",
     "pyyaml==6.0.4",
     # tft-serve: HTTP/1.1 (keep-alive, pipelining, chunked bodies) on one event loop, and the Prometheus metrics.
-    "aiohttp==3.14.5",
+    "aiohttp>=3.9,<4",  # 3.9: AppRunner's graceful stop (shutdown_timeout)
     "prometheus-client==0.26.0",
 ]
 

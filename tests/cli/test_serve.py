@@ -132,9 +132,10 @@ def test_an_answer_over_max_response_bytes_is_413(server):
 def test_malformed_http(server):
     head = f"POST /v1/models/{NAME}:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
     [(status, reply)] = responses(raw_exchange(server.port, (head + "Content-Length: 10000000\r\n\r\n").encode()))
-    assert status == 413 and "exceeds the limit of 65536" in reply["error"]
-    [(status, reply)] = responses(raw_exchange(server.port, (head + "Content-Length: ten\r\n\r\n").encode()))
-    assert status == 400 and "Content-Length" in reply["error"]
+    assert status == 413 and "Maximum request body size 65536 exceeded" in reply["error"]
+    # A request aiohttp cannot parse gets its plain-text 400, before any of our code sees it.
+    answer = raw_exchange(server.port, (head + "Content-Length: ten\r\n\r\n").encode())
+    assert answer.split()[1] == b"400" and b"Content-Length" in answer.partition(b"\r\n\r\n")[2], answer
     [(status, reply)] = responses(raw_exchange(server.port, (head + "\r\n").encode()))
     assert status == 411
     [(status, reply)] = responses(raw_exchange(server.port, (head + "Content-Length: 9\r\n\r\n{not json").encode()))

@@ -120,12 +120,13 @@ class Server:
 
 @contextlib.contextmanager
 def in_process(export, **options):
-    """tft-serve's server over ``export`` in this process (``make_server``'s ``options``), loaded and serving."""
+    """tft-serve's server over ``export`` in this process (``options``: ``ServingOptions`` fields), loaded."""
     import threading
 
+    from configs.serving import ServingOptions
     from tf_transformer.serving import make_server
 
-    started = make_server(str(export), port=0, poll_seconds=0, **options)
+    started = make_server(str(export), ServingOptions(port=0, file_system_poll_wait_seconds=0, **options))
     threading.Thread(target=started.serve_forever, daemon=True).start()
     try:
         assert started.versions.wait_loaded(300)

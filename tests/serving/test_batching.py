@@ -6,8 +6,9 @@ import time
 import numpy as np
 import pytest
 
+from configs.serving import ServingOptions
 from tf_transformer.serving.batching import BatchScheduler
-from tf_transformer.serving.requests import Unavailable
+from tf_transformer.serving.rest_api import Unavailable
 
 
 class Model:
@@ -37,7 +38,7 @@ class Model:
 def test_concurrent_requests_are_merged_and_each_gets_its_own_rows():
     gate = threading.Event()
     model = Model(gate)
-    scheduler = BatchScheduler(max_batch_size=8, batch_timeout_micros=0)
+    scheduler = BatchScheduler(ServingOptions(max_batch_size=8, batch_timeout_micros=0, num_batch_threads=1))
     try:
         first = scheduler.submit("k", model, [[1]])
         assert model.started.wait(5)  # the first batch runs alone and holds the thread
@@ -59,7 +60,7 @@ def test_concurrent_requests_are_merged_and_each_gets_its_own_rows():
 def test_a_batch_never_exceeds_max_batch_size_and_keys_are_not_mixed():
     gate = threading.Event()
     model = Model(gate)
-    scheduler = BatchScheduler(max_batch_size=3, batch_timeout_micros=0)
+    scheduler = BatchScheduler(ServingOptions(max_batch_size=3, batch_timeout_micros=0, num_batch_threads=1))
     try:
         blocker = scheduler.submit("a", model, [[0]])
         assert model.started.wait(5)
@@ -78,7 +79,7 @@ def test_a_batch_never_exceeds_max_batch_size_and_keys_are_not_mixed():
 
 def test_a_lone_request_waits_at_most_the_timeout():
     model = Model()
-    scheduler = BatchScheduler(max_batch_size=64, batch_timeout_micros=200_000)
+    scheduler = BatchScheduler(ServingOptions(max_batch_size=64, batch_timeout_micros=200_000, num_batch_threads=1))
     try:
         start = time.monotonic()
         assert scheduler.submit("k", model, [[3]]).result(5)["doubled"].tolist() == [6]
@@ -91,7 +92,9 @@ def test_a_lone_request_waits_at_most_the_timeout():
 def test_a_full_queue_refuses_and_stop_drains_what_is_queued():
     gate = threading.Event()
     model = Model(gate)
-    scheduler = BatchScheduler(max_batch_size=2, batch_timeout_micros=0, max_enqueued_batches=2)
+    scheduler = BatchScheduler(
+        ServingOptions(max_batch_size=2, batch_timeout_micros=0, max_enqueued_batches=2, num_batch_threads=1)
+    )
     running = scheduler.submit("k", model, [[1]])
     assert model.started.wait(5)
     queued = [scheduler.submit("k", model, [[1], [2]]), scheduler.submit("k", model, [[3], [4]])]
@@ -116,7 +119,7 @@ def test_a_failing_batch_fails_each_of_its_requests():
     def broken(rows):
         raise RuntimeError("model fault")
 
-    scheduler = BatchScheduler(max_batch_size=4, batch_timeout_micros=50_000)
+    scheduler = BatchScheduler(ServingOptions(max_batch_size=4, batch_timeout_micros=50_000, num_batch_threads=1))
     try:
         futures = [scheduler.submit("k", broken, [[1]]) for _ in range(3)]
         for future in futures:
@@ -138,7 +141,7 @@ def test_one_bad_request_fails_alone_in_a_merged_batch():
 
     gate = threading.Event()
     blocker = Model(gate)
-    scheduler = BatchScheduler(max_batch_size=8, batch_timeout_micros=0)
+    scheduler = BatchScheduler(ServingOptions(max_batch_size=8, batch_timeout_micros=0, num_batch_threads=1))
     try:
         first = scheduler.submit("k", blocker, [[1]])
         assert blocker.started.wait(5)

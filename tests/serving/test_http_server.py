@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
+from configs.serving import ServingOptions
 from tests.serving.bodies import raw_bodies
 from tests.serving.client import raw_exchange, request, responses
 from tf_transformer.serving import http_server
-from tf_transformer.serving.batching import BatchScheduler
 from tf_transformer.serving.http_server import RestServer
 from tf_transformer.serving.versions import ModelVersions
 
@@ -55,9 +55,10 @@ class Versions:
         pass
 
 
-def start(model, batching=False, **kwargs):
-    scheduler = BatchScheduler(8, 1000) if batching else None
-    server = RestServer(("127.0.0.1", 0), Versions(model), scheduler, **kwargs)
+def start(model, batching=False, **options):
+    """A server of ``model`` on a free port, serving in a thread (``options``: ``ServingOptions`` fields)."""
+    options = ServingOptions(port=0, enable_batching=batching, max_batch_size=8, num_batch_threads=1, **options)
+    server = RestServer(Versions(model), options)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     return server, server.server_address[1]
@@ -85,7 +86,7 @@ def test_connections_over_the_limit_get_503_at_once():
 
 
 def test_stop_answers_the_request_in_flight_and_closes_idle_connections():
-    server, port = start(SlowModel(seconds=1.5), batching=True, timeout_seconds=60)
+    server, port = start(SlowModel(seconds=1.5), batching=True, rest_api_timeout_in_ms=60_000)
     idle = socket.create_connection(("127.0.0.1", port))
     answer = {}
     client = threading.Thread(
@@ -105,10 +106,10 @@ def test_stop_answers_the_request_in_flight_and_closes_idle_connections():
 
 
 def test_a_client_that_dribbles_its_request_is_cut_off():
-    """A byte every 0.3 s beats a per-read timeout of 1 s; the request's deadline still ends it, mid-dribble."""
+    """A byte every 0.3 s beats a per-read timeout of 1 s; the connection's idle timeout still ends it, mid-dribble."""
     import select
 
-    server, port = start(SlowModel(), timeout_seconds=1.0)
+    server, port = start(SlowModel(), rest_api_timeout_in_ms=1000)
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=30) as slow:
             started, closed_after = time.monotonic(), None
@@ -133,9 +134,16 @@ def test_expect_100_continue_gets_413_before_the_body():
     try:
         head = b"POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n"
         [(status, reply)] = responses(raw_exchange(port, head, timeout=10))
-        assert status == 413 and "exceeds the limit of 100" in reply["error"]
-        [(status, reply)] = responses(raw_exchange(port, b"PUT /v1/models/m HTTP/1.1\r\nHost: x\r\n\r\n", timeout=10))
-        assert status == 501 and reply["error"]  # the server's own errors, as JSON too
+        assert status == 413 and "Maximum request body size 100 exceeded" in reply["error"]
+        odd = b"POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: something-else\r\n"
+        [(status, reply)] = responses(raw_exchange(port, odd + b"Connection: close\r\n\r\n{}", timeout=10))
+        assert status == 417 and "Unknown Expect" in reply["error"]
+        put = b"PUT /v1/models/m HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        [(status, reply)] = responses(raw_exchange(port, put, timeout=10))
+        assert status == 405 and "PUT is not allowed" in reply["error"]  # the router's errors, as JSON too
+        get = b"GET /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        [(status, reply)] = responses(raw_exchange(port, get, timeout=10))
+        assert status == 405 and "POST" in reply["error"]
     finally:
         server.stop()
 
@@ -152,7 +160,7 @@ def test_answers_while_the_model_loads_then_becomes_ready(tmp_path, monkeypatch)
         return SlowModel()
 
     monkeypatch.setattr(http_server, "ModelVersions", functools.partial(ModelVersions, load=slow_load))
-    server = http_server.make_server(str(tmp_path / "m"), port=0, poll_seconds=0)
+    server = http_server.make_server(str(tmp_path / "m"), ServingOptions(port=0, file_system_poll_wait_seconds=0))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
     try:
@@ -209,9 +217,11 @@ def test_an_answer_over_max_response_bytes_is_413_naming_the_limit():
 
 
 def test_a_client_that_does_not_read_its_answer_frees_the_thread_at_the_deadline():
-    """Writing an answer has a deadline (timeout_seconds): a reader that never reads, or one that reads a little now
-    and then, cannot hold the only handler thread."""
-    server, port = start(BigAnswer(40_000_000), num_threads=1, timeout_seconds=1.0, max_response_bytes=100_000_000)
+    """Writing an answer has a deadline (rest_api_timeout_in_ms): a reader that never reads, or one that reads a
+    little now and then, cannot hold the only handler thread."""
+    server, port = start(
+        BigAnswer(40_000_000), rest_api_num_threads=1, rest_api_timeout_in_ms=1000, max_response_bytes=100_000_000
+    )
     body = b'{"instances": ["a"]}'
     head = f"POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode()
     try:
@@ -237,11 +247,10 @@ def test_a_client_that_does_not_read_its_answer_frees_the_thread_at_the_deadline
         server.stop()
 
 
-def test_stop_answers_every_connection_already_accepted():
-    """On stop, a connection the server has accepted is answered (the request in flight 200, the others 200 or
-    503), never closed unanswered: connections waiting for a handler thread, and those the kernel has accepted
-    but the server not yet taken (simulated by ending the accept loop before stop())."""
-    server, port = start(SlowModel(seconds=2.0), batching=True, num_threads=1, timeout_seconds=30)
+def test_stop_answers_every_request_already_received():
+    """On stop, a request the server has received is answered (the one decoding 200, the one queued behind it 200
+    or 503), never closed unanswered, and its connection closed after."""
+    server, port = start(SlowModel(seconds=2.0), rest_api_num_threads=1, rest_api_timeout_in_ms=30_000)
     body = b'{"instances": ["ab"]}'
     predict = f"POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
     answers = {}
@@ -257,15 +266,11 @@ def test_stop_answers_every_connection_already_accepted():
 
     in_flight = socket.create_connection(("127.0.0.1", port), timeout=30)
     in_flight.sendall(predict)
-    time.sleep(0.5)  # decoding, on the only handler thread
+    time.sleep(0.5)  # decoding, on the only decoding thread
     waiting = socket.create_connection(("127.0.0.1", port), timeout=30)
-    waiting.sendall(predict)  # accepted; waits for the thread
+    waiting.sendall(predict)  # read; waits for the thread
     time.sleep(0.3)
-    server.shutdown()  # the accept loop ends: as in stop(), before the listening socket closes
-    backlog = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(2)]
-    for connection in backlog:
-        connection.sendall(predict)
-    connections = {"in flight": in_flight, "waiting": waiting, "backlog 0": backlog[0], "backlog 1": backlog[1]}
+    connections = {"in flight": in_flight, "waiting": waiting}
     readers = [threading.Thread(target=exchange, args=item) for item in connections.items()]
     for reader in readers:
         reader.start()
@@ -308,7 +313,7 @@ def echo_port():
 @settings(max_examples=200, deadline=None)
 @given(raw_bodies())
 def test_any_raw_body_over_http_is_answered_and_never_500(echo_port, raw):
-    """Bodies as bytes (tests/serving/test_requests.py), through the handler: 200 or a 4xx, never a 500."""
+    """Bodies as bytes (tests/serving/test_rest_api.py), through the handler: 200 or a 4xx, never a 500."""
     status, reply = request(echo_port, "POST", "/v1/models/m:predict", raw=raw, timeout=30)
     assert status == 200 or (400 <= status < 500 and isinstance(reply["error"], str)), (status, reply)
 
@@ -359,7 +364,7 @@ def test_a_chunked_request_body_is_read_and_one_over_the_limit_is_413():
             finally:
                 connection.close()
             if expected == 413:
-                assert reply[0] == 413 and "limit of 1000" in reply[1]["error"], reply
+                assert reply[0] == 413 and "Maximum request body size 1000" in reply[1]["error"], reply
             else:
                 assert reply == expected
     finally:
@@ -374,7 +379,7 @@ def test_a_thousand_idle_connections_are_held_while_predictions_answer():
         if hard != resource.RLIM_INFINITY and hard < 2500:
             pytest.skip(f"needs 2,500 file descriptors; the hard limit is {hard}")
         resource.setrlimit(resource.RLIMIT_NOFILE, (2500, hard))
-    server, port = start(EchoModel(), batching=True, timeout_seconds=120)
+    server, port = start(EchoModel(), batching=True, rest_api_timeout_in_ms=120_000)
     idle = []
     try:
         for _ in range(1000):
@@ -383,8 +388,8 @@ def test_a_thousand_idle_connections_are_held_while_predictions_answer():
             connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             assert connection.recv(65536).startswith(b"HTTP/1.1 200"), i
         deadline = time.monotonic() + 30
-        while len(server._connections) < 1000:  # accepted, one by one, on the event loop
-            assert time.monotonic() < deadline, len(server._connections)
+        while server.open_connections < 1000:  # accepted, one by one, on the event loop
+            assert time.monotonic() < deadline, server.open_connections
             time.sleep(0.05)
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             replies = list(
@@ -413,6 +418,7 @@ def test_metrics_count_requests_batches_and_versions():
             assert request(port, "POST", "/v1/models/m:predict", {"instances": [f"a{i}", "b"]})[0] == 200
         assert request(port, "POST", "/v1/models/m:predict", raw=b"{")[0] == 400
         assert request(port, "GET", "/v1/models/other")[0] == 404
+        assert request(port, "GET", "/nowhere")[0] == 404
         connection = socket.create_connection(("127.0.0.1", port), timeout=30)
         connection.sendall(b"GET /monitoring/prometheus/metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         data = b""
@@ -432,6 +438,7 @@ def test_metrics_count_requests_batches_and_versions():
 
         assert value("tft_serving_requests_total", api="predict", signature="serving_default", status="200") == 3
         assert value("tft_serving_requests_total", api="predict", signature="", status="400") == 1
+        assert value("tft_serving_requests_total", api="status", signature="", status="404") == 1
         assert value("tft_serving_requests_total", api="other", signature="", status="404") == 1
         assert value("tft_serving_request_latency_seconds_count", api="predict", signature="serving_default") == 3
         assert value("tft_serving_batch_size_sum") == 6  # three batches of two sentences (one request each)
@@ -449,7 +456,7 @@ def test_a_keep_alive_connection_in_use_outlives_the_request_deadline():
     timeout open for longer than that, and a request started well after the last one is still read."""
     import http.client
 
-    server, port = start(EchoModel(), timeout_seconds=1.0)
+    server, port = start(EchoModel(), rest_api_timeout_in_ms=1000)
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         sockets = set()
@@ -465,33 +472,47 @@ def test_a_keep_alive_connection_in_use_outlives_the_request_deadline():
         server.stop()
 
 
+def _server_side(client: socket.socket) -> socket.socket:
+    """The server's end of ``client``'s connection, found among this process's open sockets."""
+    import os
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # once the server has accepted it
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                candidate = socket.socket(fileno=os.dup(int(fd)))
+            except OSError:
+                continue
+            try:
+                if candidate.getsockname() == client.getpeername() and candidate.getpeername() == client.getsockname():
+                    return candidate
+            except OSError:
+                pass
+            candidate.close()
+        time.sleep(0.05)
+    raise AssertionError("the server's end of the connection is not open")
+
+
 def test_a_connection_with_an_unread_answer_is_released_and_does_not_hold_up_a_stop():
-    """A client that pipelines requests and reads no answer, until some of an answer waits in the server's own
-    buffer: the connection must still be dropped (closing it would wait for the client to read those bytes), so
-    it leaves the server's count and a stop does not wait for it."""
-    server, port = start(EchoModel(), timeout_seconds=1.0)
+    """A client that pipelines requests and reads no answer, until some answers wait in the server's own buffer
+    (less than asyncio's high-water mark, so no write waits for them): the connection must still be dropped at the
+    write deadline (closing it would wait for the client to read those bytes), so it leaves the server's count and
+    a stop does not wait for it."""
+    server, port = start(EchoModel(), rest_api_timeout_in_ms=1000)
     silent = socket.socket()
     silent.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     silent.connect(("127.0.0.1", port))
     silent.settimeout(10)
     try:
-        deadline = time.monotonic() + 10
-        while not server._connections:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        [connection] = server._connections
-        connection.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-        buffered = 0
-        while not buffered and time.monotonic() < deadline:
+        with _server_side(silent) as server_end:  # small kernel buffers: the rest of the answers wait in asyncio's
+            server_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        for _ in range(10):  # about 36 KB of answers in all
             silent.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 20)
             time.sleep(0.02)
-            transport = connection.transport
-            buffered = transport.get_write_buffer_size() if transport is not None else -1
-        assert buffered, "the server's buffer never held an answer"
         deadline = time.monotonic() + 15
-        while server._connections and time.monotonic() < deadline:
+        while server.open_connections and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not server._connections
+        assert not server.open_connections
         started = time.monotonic()
         server.stop()  # the client is still there, still not reading
         assert time.monotonic() - started < 5

@@ -11,6 +11,7 @@ import threading
 import numpy as np
 import pytest
 
+from configs.serving import ServingOptions
 from tests.serving.client import request
 from tf_transformer.decoding.decode_options import DecodeOptions
 from tf_transformer.exporting.export_info import ExportInfo
@@ -26,9 +27,8 @@ BATCH = 6
 @pytest.fixture(scope="module")
 def served(tiny_export):
     """tft-serve's server in this process over ``tiny_export``; the sizes of the batches its model ran."""
-    server = make_server(
-        str(tiny_export), port=0, max_batch_size=BATCH, batch_timeout_micros=30_000_000, num_batch_threads=1
-    )
+    options = ServingOptions(port=0, max_batch_size=BATCH, batch_timeout_micros=30_000_000, num_batch_threads=1)
+    server = make_server(str(tiny_export), options)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         assert server.versions.wait_loaded(300)

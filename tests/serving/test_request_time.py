@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from tests.serving.client import in_process, request
-from tf_transformer.serving.requests import ClientError, parse_predict
+from tf_transformer.serving.rest_api import ClientError, parse_predict
 from tf_transformer.serving.servable import Servable
 
 SENTENCES = ["alpha beta gamma", "zeta omega", ""]

@@ -4,7 +4,7 @@ import pytest
 
 from tests.serving.client import in_process, request
 from tf_transformer.constants import EOS_ID, PAD_ID
-from tf_transformer.serving.requests import ClientError, PredictRequest
+from tf_transformer.serving.rest_api import ClientError, PredictRequest
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tf_transformer.serving.requests import NotFound
+from tf_transformer.serving.rest_api import NotFound
 from tf_transformer.serving.versions import ModelVersions
 
 

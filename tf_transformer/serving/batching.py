@@ -3,7 +3,8 @@
 A beam search decodes a batch of 16 sentences in little more time than one
 sentence on a CPU (a step is hundreds of small ops whatever the batch), so
 merging concurrent requests multiplies a server's throughput. The parameters
-are TF Serving's (``--batching_parameters_file``): a merged batch holds at most
+are TF Serving's (``--batching_parameters_file``), fields of
+:class:`~configs.serving.ServingOptions`: a merged batch holds at most
 ``max_batch_size`` sentences, a batch waits at most ``batch_timeout_micros``
 after its first request for more, ``num_batch_threads`` batches run at once and
 at most ``max_enqueued_batches`` batches' worth of sentences wait; beyond that a
@@ -27,7 +28,8 @@ from collections.abc import Callable
 
 from absl import logging
 
-from tf_transformer.serving.requests import Unavailable
+from configs.serving import ServingOptions
+from tf_transformer.serving.rest_api import Unavailable
 
 
 @dataclasses.dataclass
@@ -43,27 +45,20 @@ class _Task:
 class BatchScheduler:
     """Merges the rows of concurrent :meth:`submit` calls with the same key into batches of ``run`` calls."""
 
-    def __init__(
-        self,
-        max_batch_size: int = 64,
-        batch_timeout_micros: int = 1000,
-        num_batch_threads: int = 1,
-        max_enqueued_batches: int = 16,
-        observe: Callable[[int, list[float]], None] | None = None,
-    ):
-        """``observe(sentences, waits)`` is told of each batch as it starts: its size and each request's wait."""
-        if min(max_batch_size, num_batch_threads, max_enqueued_batches) < 1 or batch_timeout_micros < 0:
-            raise ValueError("batch sizes, threads and queue length must be positive, the timeout not negative")
-        self.max_batch_size = max_batch_size
-        self.timeout = batch_timeout_micros / 1e6
-        self.max_queued_rows = max_enqueued_batches * max_batch_size
+    def __init__(self, options: ServingOptions, observe: Callable[[int, list[float]], None] | None = None):
+        """Batches as ``options`` says (its batching fields); ``observe(sentences, waits)`` is told of each batch
+        as it starts: its size and each request's wait."""
+        self.max_batch_size = options.max_batch_size
+        self.timeout = options.batch_timeout_micros / 1e6
+        self.max_queued_rows = options.max_queued_rows
         self.observe = observe
         self._queue: collections.deque[_Task] = collections.deque()
         self._queued_rows = 0
         self._stopping = False
         self._changed = threading.Condition()
         self._threads = [
-            threading.Thread(target=self._work, name=f"batch-{i}", daemon=True) for i in range(num_batch_threads)
+            threading.Thread(target=self._work, name=f"batch-{i}", daemon=True)
+            for i in range(options.num_batch_threads)
         ]
         for thread in self._threads:
             thread.start()

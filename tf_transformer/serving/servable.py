@@ -15,7 +15,7 @@ from tf_transformer.exporting.export_info import (
     SourceLimit,
     read_export_info,
 )
-from tf_transformer.serving.requests import ClientError, PredictRequest
+from tf_transformer.serving.rest_api import ClientError, PredictRequest
 from tf_transformer.tasks import get_task
 
 
@@ -86,7 +86,7 @@ class Servable:
 
     def run(self, signature: str, rows: list, columns: dict | None = None, scalars: dict | None = None):
         """The signature's outputs (``dict[str, np.ndarray]``) for ``rows`` (strings, or id lists padded here to
-        one width), with a request's other inputs (:class:`~tf_transformer.serving.requests.PredictRequest`)."""
+        one width), with a request's other inputs (:class:`~tf_transformer.serving.rest_api.PredictRequest`)."""
         tf = self._tf
         kinds = self.input_kinds[signature]
         if kinds == "ids":
@@ -179,7 +179,7 @@ SCALAR_DTYPES = {"int32": "int32", "int64": "int64", "float": "float32"}  # a sc
 
 def _input_kinds(function) -> str | dict[str, str]:
     """What a signature takes: ``"strings"`` or ``"ids"`` when ``inputs`` is its only input, else each input's
-    kind by name (:func:`~tf_transformer.serving.requests.parse_predict`)."""
+    kind by name (:func:`~tf_transformer.serving.rest_api.parse_predict`)."""
     specs = function.structured_input_signature[1]
     if set(specs) == {"inputs"}:
         return "strings" if specs["inputs"].dtype.name == "string" else "ids"

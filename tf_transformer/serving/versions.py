@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from absl import logging
 
-from tf_transformer.serving.requests import NotFound, Unavailable
+from tf_transformer.serving.rest_api import NotFound, Unavailable
 from tf_transformer.serving.servable import Servable
 
 _VERSION = re.compile(r"[0-9]{1,18}")  # a version directory's name: its number (int64, as TF Serving's)

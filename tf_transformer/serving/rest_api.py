@@ -1,4 +1,4 @@
-"""TF Serving's REST predict request and response, checked before any of it reaches the model.
+"""TF Serving's REST API bodies: a predict request's JSON parsed and checked, its answer encoded.
 
 A request is JSON in one of TF Serving's two formats: the row format
 ``{"instances": [...]}`` answered ``{"predictions": [{output: value}, ...]}``, or
@@ -192,16 +192,11 @@ def _kind(value) -> str:
     return kinds.get(type(value), "a number")
 
 
-def response(request: PredictRequest, outputs: dict[str, np.ndarray]) -> dict:
-    """TF Serving's JSON answer to ``request`` for the signature's ``outputs`` (first axis: sentences)."""
-    columns = {key: _jsonable(value) for key, value in outputs.items()}
-    if request.row_format:
-        return {"predictions": [{key: columns[key][i] for key in columns} for i in range(len(request.rows))]}
-    return {"outputs": columns}
-
-
 def encode_response(request: PredictRequest, outputs: dict[str, np.ndarray], max_bytes: int) -> bytes:
-    """``json.dumps(response(request, outputs))`` as bytes, refused (413) once it passes ``max_bytes``.
+    """TF Serving's JSON answer to ``request`` for the signature's ``outputs`` (first axis: sentences), as bytes.
+
+    ``{"predictions": [{output: value}, ...]}`` in the row format,
+    ``{"outputs": {output: [...]}}`` in the columnar one; refused (413) once it passes ``max_bytes``.
 
     Written one sentence's value at a time, so that an answer over the limit is
     given up before all of it is built: ``translate_with_alignment`` answers a

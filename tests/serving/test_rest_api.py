@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.serving.bodies import raw_bodies
-from tf_transformer.serving.requests import ClientError, encode_response, parse_json, parse_predict, response
+from tests.serving.reference_answers import response
+from tf_transformer.serving.rest_api import ClientError, encode_response, parse_json, parse_predict
 
 KINDS = {"serving_default": "strings", "translate_ids": "ids"}
 
@@ -104,11 +105,11 @@ def test_any_json_is_accepted_or_refused_never_crashes(value):
 def test_answers_in_each_format():
     outputs = {"translations": np.array([b"x", "\u00fc".encode()], object), "scores": np.array([-1.0, -2.0])}
     rows = parse({"instances": ["a", "b"]})
-    assert response(rows, outputs) == {
-        "predictions": [{"translations": "x", "scores": -1.0}, {"translations": "\u00fc", "scores": -2.0}]
-    }
+    expected = {"predictions": [{"translations": "x", "scores": -1.0}, {"translations": "\u00fc", "scores": -2.0}]}
+    assert json.loads(encode_response(rows, outputs, 10_000)) == expected == response(rows, outputs)
     columns = parse({"inputs": ["a", "b"]})
-    assert response(columns, outputs) == {"outputs": {"translations": ["x", "\u00fc"], "scores": [-1.0, -2.0]}}
+    expected = {"outputs": {"translations": ["x", "\u00fc"], "scores": [-1.0, -2.0]}}
+    assert json.loads(encode_response(columns, outputs, 10_000)) == expected == response(columns, outputs)
 
 
 def test_encoded_answers_are_json_dumps_of_the_answer_and_bounded():
