@@ -103,14 +103,12 @@ flags.DEFINE_integer("keep_checkpoints", 10, "Checkpoints kept (the newest).", l
 flags.DEFINE_integer(
     "tokens_per_batch", None, "Global token budget per batch and side (default: the preset's).", lower_bound=8
 )
-flags.DEFINE_alias("tokens", "tokens_per_batch")  # the name of earlier versions
 flags.DEFINE_integer(
     "max_train_length",
     None,
     "Drop pairs with a side longer than this many subwords (default: the preset's).",
     lower_bound=2,
 )
-flags.DEFINE_alias("max_length", "max_train_length")  # the name of earlier versions
 flags.DEFINE_enum(
     "precision",
     "auto",

@@ -69,7 +69,6 @@ flags.DEFINE_integer(
 flags.DEFINE_integer(
     "batch_parts", 1, "Batch parts decoded side by side (--model_dir only; an export fixes its own).", lower_bound=1
 )
-flags.DEFINE_alias("streams", "batch_parts")  # the name of earlier versions
 define_early_stop_flag(" --model_dir only; an export fixes its own.")
 define_constrained_flag(" --model_dir only; an export fixes its own.")
 flags.DEFINE_integer(
