@@ -15,14 +15,12 @@ from tests.commands import BIN
 from tf_transformer.run_dir import checkpoint_dir, default_checkpoint, restore_model
 from tf_transformer.training.averaging import average_checkpoints
 
-FIXTURE = pathlib.Path(__file__).resolve().parent / "fixtures" / "compat" / "run"
-
 
 @pytest.fixture
-def run(tmp_path):
-    """The fixture run with a second, later checkpoint (ckpt-8: ckpt-4's weights, scaled)."""
+def run(tiny_run, tmp_path):
+    """A copy of ``tiny_run`` with a second, later checkpoint (ckpt-8: ckpt-4's weights, scaled)."""
     run = tmp_path / "run"
-    shutil.copytree(FIXTURE, run)
+    shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("data_cache", "logs"))
     model, _ = restore_model(str(run), str(run / "checkpoints" / "ckpt-4"))
     for weight in model.weights:
         weight.assign(weight * 1.5)

@@ -29,7 +29,6 @@ from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState  # t
 
 import pipelines
 from configs import TransformerConfig
-from configs.run import renamed_options
 from tf_transformer.files import (
     ReadError,
     WriteError,
@@ -322,15 +321,13 @@ def stored_fingerprints(model_dir: str) -> dict:
 
 
 def load_run(model_dir: str) -> tuple[TransformerConfig, dict]:
-    """The model config and run options stored in ``model_dir/config.json``, under today's names
-    (a file of an earlier version loads: :data:`configs.transformer.RENAMED_FIELDS`,
-    :data:`configs.run.RENAMED_OPTIONS`)."""
+    """The model config and run options stored in ``model_dir/config.json``."""
     path = os.path.join(model_dir, CONFIG_FILE)
     if not tf.io.gfile.exists(path):
         raise FileNotFoundError(f"{path} not found: is {model_dir!r} a model directory written by tft-train?")
     with tf.io.gfile.GFile(path) as handle:
         stored = json.loads(handle.read())
-    return TransformerConfig.from_dict(stored["model"]), renamed_options(stored["run"])
+    return TransformerConfig.from_dict(stored["model"]), stored["run"]
 
 
 def vocabulary_path(model_dir: str) -> str:

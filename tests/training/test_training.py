@@ -352,7 +352,7 @@ def test_train_writes_a_complete_model_dir_and_tensorboard(tmp_path, train_corpu
     # The options as the run took them: resolved for the machine, with why; no process-local values.
     assert stored["precision"] == "float32" and stored["precision_reason"] == "given by --precision"
     assert stored["jit_compile"] is False and "budget_start" not in stored
-    assert json.loads((run / "config.json").read_text())["run"] == stored  # written under today's names
+    assert json.loads((run / "config.json").read_text())["run"] == stored
     assert [os.path.basename(p) for p in last_checkpoints(str(run), 3)] == [
         "ckpt-3",
         "ckpt-4",
