@@ -1,6 +1,6 @@
 """A run directory: what ``tft-train`` writes and every later command reads.
 
-``config.json`` (the model config and the run options), ``sp.model`` (the
+``config.json`` (its format, the model config and the run options), ``sp.model`` (the
 shared vocabulary), ``checkpoints/`` (model and optimizer, the last K),
 ``best/`` and ``best.json`` (the weights of the best dev evaluation, with
 ``--keep_best_by``), ``averaged/`` (``tft-average``), ``logs/`` (TensorBoard)
@@ -41,6 +41,7 @@ from tf_transformer.files import (
     sync_path,
     write_bytes,
 )
+from tf_transformer.formats import FORMAT_KEY, check_format
 from tf_transformer.model import build_transformer
 
 
@@ -65,6 +66,9 @@ def is_damaged(error: BaseException) -> bool:
 
 
 CONFIG_FILE = "config.json"
+# The format of a run directory (config.json's keys, the files beside it and what they hold), recorded in
+# config.json and checked by every reader (tf_transformer.formats). A change of format bumps this number.
+RUN_FORMAT = 1
 VOCABULARY_FILE = "sp.model"
 CHECKPOINTS = "checkpoints"
 AVERAGED = "averaged"
@@ -261,11 +265,16 @@ def _remove_leftovers(directory: str) -> None:
 
 
 def save_run(model_dir: str, config: TransformerConfig, options: dict, corpus=None) -> None:
-    """Writes ``config.json``: the model config, the run options (a dict) and :func:`fingerprints`
-    (``corpus``: one corpus, or a list of the corpora a run mixes)."""
+    """Writes ``config.json``: :data:`RUN_FORMAT`, the model config, the run options (a dict) and
+    :func:`fingerprints` (``corpus``: one corpus, or a list of the corpora a run mixes)."""
     save_json(
         os.path.join(model_dir, CONFIG_FILE),
-        {"model": config.to_dict(), "run": options, "fingerprints": fingerprints(model_dir, corpus)},
+        {
+            FORMAT_KEY: RUN_FORMAT,
+            "model": config.to_dict(),
+            "run": options,
+            "fingerprints": fingerprints(model_dir, corpus),
+        },
     )
 
 
@@ -314,19 +323,27 @@ def _sha256(path: str) -> str:
     return _HASHES[key]
 
 
-def stored_fingerprints(model_dir: str) -> dict:
-    """The :func:`fingerprints` ``config.json`` records (none for runs of earlier versions)."""
-    with tf.io.gfile.GFile(os.path.join(model_dir, CONFIG_FILE)) as handle:
-        return json.loads(handle.read()).get("fingerprints", {})
-
-
-def load_run(model_dir: str) -> tuple[TransformerConfig, dict]:
-    """The model config and run options stored in ``model_dir/config.json``."""
+def read_config(model_dir: str) -> dict:
+    """``model_dir/config.json`` as written, refused (:class:`~tf_transformer.formats.FormatError`) unless it
+    records :data:`RUN_FORMAT`."""
     path = os.path.join(model_dir, CONFIG_FILE)
     if not tf.io.gfile.exists(path):
         raise FileNotFoundError(f"{path} not found: is {model_dir!r} a model directory written by tft-train?")
     with tf.io.gfile.GFile(path) as handle:
         stored = json.loads(handle.read())
+    remedy = "train it again with this version, or use it with the version that wrote it"
+    check_format(stored, path, "run directory", RUN_FORMAT, remedy)
+    return stored
+
+
+def stored_fingerprints(model_dir: str) -> dict:
+    """The :func:`fingerprints` ``config.json`` records (none for an imported model)."""
+    return read_config(model_dir).get("fingerprints", {})
+
+
+def load_run(model_dir: str) -> tuple[TransformerConfig, dict]:
+    """The model config and run options stored in ``model_dir/config.json``."""
+    stored = read_config(model_dir)
     return TransformerConfig.from_dict(stored["model"]), stored["run"]
 
 

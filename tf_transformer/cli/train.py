@@ -226,6 +226,7 @@ def main(argv):
     from configs import get_config
     from pipelines import DataError
     from tf_transformer.files import ReadError, WriteError
+    from tf_transformer.formats import FormatError
     from tf_transformer.training.cluster import ClusterError
     from tf_transformer.training.options import OptionError
     from tf_transformer.training.resume import ResumeError
@@ -248,7 +249,7 @@ def main(argv):
     print(f"TensorBoard: tensorboard --logdir {os.path.join(FLAGS.model_dir, 'logs')}", flush=True)
     try:
         summary = train(config, options, FLAGS.model_dir)
-    except (DataError, ResumeError, OptionError) as error:
+    except (DataError, ResumeError, OptionError, FormatError) as error:
         raise app.UsageError(str(error)) from None
     except ClusterError as error:  # a worker lost, or a model_dir the workers do not share
         sys.exit(f"tft-train: {error}")
