@@ -25,8 +25,9 @@ class Servable:
     The limits an export records (:class:`~tf_transformer.exporting.export_info.SourceLimit`:
     the longest source, the vocabulary size) are checked here per request, so
     that a request that would fail inside the graph, or take the server's
-    memory, fails alone before it is merged with others into a batch. Exports
-    written before the limits existed are served without a length limit.
+    memory, fails alone before it is merged with others into a batch. An export
+    of another format (:data:`~tf_transformer.exporting.export_info.EXPORT_FORMAT`)
+    is refused before its graph is loaded: the version fails to load, with why.
 
     A merged batch pads some outputs to its longest sentence; :meth:`fit` cuts a
     request's share back to what a call with that request alone returns, so an
@@ -44,13 +45,13 @@ class Servable:
 
         self.path = path
         self.version = version
+        self.info = read_export_info(path)  # first: an export of another format is refused without loading it
         self._tf = tf
         self.loaded = tf.saved_model.load(path)
         self.signatures = dict(self.loaded.signatures)
         self.input_kinds = {name: _input_kinds(function) for name, function in self.signatures.items()}
         self.limits = SourceLimit(path)
         self.token_limits = SourceLimit(path, tokenized=True)  # SPLIT_SIGNATURES': the words split already
-        self.info = read_export_info(path)
         self.task = get_task(self.info.task, self.info.linearization, self.info.closings)
         self._metadata = _signature_defs(path)
 
