@@ -195,7 +195,7 @@ def test_checkpoints_of_a_relative_run_directory_are_listed_where_they_are(tmp_p
 
 
 def test_a_state_file_listing_checkpoints_elsewhere_finds_them_beside_it(tmp_path, monkeypatch):
-    """Runs trained in a relative directory before the fix above list ``../../../ckpt-N``: they still resume."""
+    """TensorFlow's own writer lists ``../../../ckpt-N`` for a relative directory: the checkpoints are found."""
     from tf_transformer.run_dir import checkpoints, save_checkpoint
 
     monkeypatch.chdir(tmp_path)

@@ -235,8 +235,8 @@ def _parse_state(data: bytes, directory: str) -> tuple[list[str], CheckpointStat
 
 
 def _beside(path: str, directory: str) -> str:
-    """``path``, or the checkpoint of its name in ``directory`` where only that one exists: state files that
-    earlier versions wrote for a relative run directory list ``../../ckpt-N``."""
+    """``path``, or the checkpoint of its name in ``directory`` where only that one exists: a state file that
+    TensorFlow's own writer wrote for a relative directory (:func:`write_state` says why) lists ``../../ckpt-N``."""
     local = os.path.join(directory, os.path.basename(path))
     if local != path and not tf.io.gfile.exists(path + ".index") and tf.io.gfile.exists(local + ".index"):
         return local
@@ -260,7 +260,7 @@ def _remove_leftovers(directory: str) -> None:
         path = os.path.join(directory, name)
         if re.match(r"^ckpt-\d+_temp$", name) and os.path.isdir(path):
             shutil.rmtree(path, ignore_errors=True)
-        elif name.startswith(f"{STATE_FILE}.tmp"):  # TensorFlow's own state writes (older runs)
+        elif name.startswith(f"{STATE_FILE}.tmp"):  # TensorFlow's own state writes
             os.remove(path)
 
 
