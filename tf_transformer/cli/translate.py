@@ -130,8 +130,7 @@ def main(argv):
     if FLAGS.model:
         from tf_transformer.exporting.export_info import read_export_info
 
-        recorded = read_export_info(FLAGS.model).options
-        split = None if recorded is None else recorded.word_tokenizer
+        split = read_export_info(FLAGS.model).options.word_tokenizer
     translate = postprocessed(translate, lambda source, text: task.postprocess(source, text, split))  # trees
     lines = split_lines(sys.stdin.buffer, "<stdin>")  # the lines training and tft-evaluate would read
     if request.prefix:

@@ -73,15 +73,14 @@ class ExportInfo:
     task: str | None = None
     linearization: str | None = None
     closings: str | None = None
-    options: DecodeOptions | None = None
+    options: DecodeOptions = dataclasses.field(default_factory=DecodeOptions)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object the file holds."""
         fields = {
             field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.name != "options"
         }
-        options = self.options.to_dict() if self.options else {}
-        return {FORMAT_KEY: EXPORT_FORMAT, **fields, "signatures": list(self.signatures), **options}
+        return {FORMAT_KEY: EXPORT_FORMAT, **fields, "signatures": list(self.signatures), **self.options.to_dict()}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ExportInfo:
@@ -92,7 +91,7 @@ class ExportInfo:
         return cls(
             **{key: value for key, value in values.items() if key in own and key != "signatures"},
             signatures=tuple(values.get("signatures", ())),
-            options=DecodeOptions(**options) if options else None,
+            options=DecodeOptions(**options),
         )
 
 
@@ -125,9 +124,9 @@ class SourceLimit:
     The graph refuses a whole batch for one sentence over the limit; a server or
     a batch tool checks each sentence first, so that it can say which one it was
     and fail only that one. Counts tokens as the graph does: the stripped
-    sentence's pieces, plus EOS. ``limit`` is ``None`` for exports that record
-    none (written before the limit existed) or that truncate. ``tokenized``: the
-    text goes to :data:`TOKENS_SIGNATURE` (split into words already).
+    sentence's pieces, plus EOS. ``limit`` is ``None`` for exports that
+    truncate. ``tokenized``: the text goes to :data:`TOKENS_SIGNATURE` (split into
+    words already).
     """
 
     def __init__(self, export_path: str, tokenized: bool = False):
@@ -135,9 +134,8 @@ class SourceLimit:
         options = info.options
         vocabulary = os.path.join(export_path, "assets", "sp.model")
         self.pieces = SourcePieces.from_file(vocabulary) if os.path.exists(vocabulary) else None
-        recorded = options is not None and not options.truncate_source and self.pieces is not None
-        self.limit = options.max_source_length if recorded else None
-        self.word_tokenizer = None if options is None or tokenized else options.word_tokenizer
+        self.limit = None if options.truncate_source or self.pieces is None else options.max_source_length
+        self.word_tokenizer = None if tokenized else options.word_tokenizer
         self.vocab_size = info.source_vocab_size or (self.pieces.processor.get_piece_size() if self.pieces else None)
 
     def tokens(self, text: str) -> int:

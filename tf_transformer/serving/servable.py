@@ -62,7 +62,7 @@ class Servable:
 
         An id row's length is its length as sent, padding ids included.
         """
-        if request.signature in DECODING_SIGNATURES and self.info.options is not None:
+        if request.signature in DECODING_SIGNATURES:
             try:
                 DecodeRequest.from_settings(request.scalars).check(self.info.options)
             except RequestError as error:
@@ -108,7 +108,7 @@ class Servable:
             return outputs
 
         options = self.info.options
-        split = None if signature in SPLIT_SIGNATURES or options is None else options.word_tokenizer
+        split = None if signature in SPLIT_SIGNATURES else options.word_tokenizer
 
         def tree(row: str, text: bytes) -> bytes:
             return self.task.postprocess(row, text.decode("utf-8"), split).encode("utf-8") if row.strip() else b""
@@ -124,8 +124,8 @@ class Servable:
         """``rows``' share of a merged batch's ``outputs``, cut to the shapes :meth:`run` of ``rows`` alone gives.
 
         Cuts the axes :data:`~tf_transformer.exporting.export_info.PADDED_AXES` names. Where
-        an export does not record what fixes a length (one written before
-        ``assets.extra/tf_transformer.json``), the axis loses only its trailing all-zero entries.
+        a length is not known (an export without ``assets/sp.model`` to count a source's
+        tokens with), the axis loses only its trailing all-zero entries.
         """
         lengths = self._lone_lengths(signature, rows)
         fitted = {}
@@ -145,7 +145,7 @@ class Servable:
         run, as ``Translator.search`` bounds it (``DecodeOptions.longest_output``).
         """
         options = self.info.options
-        cut = options.max_source_length if options is not None and options.truncate_source else None
+        cut = options.max_source_length if options.truncate_source else None
         if self.input_kinds[signature] == "strings":
             if self.limits.pieces is None:
                 return {"source": None, "output": None}
@@ -161,8 +161,6 @@ class Servable:
                 ids = ids[:, :cut]
                 ids[lengths > cut, cut - 1] = EOS_ID
                 width, lengths = cut, (ids != PAD_ID).sum(axis=1)
-        if options is None:
-            return {"source": width, "output": None}
         return {"source": width, "output": int(max(options.longest_output(int(length)) for length in lengths))}
 
     def metadata(self) -> dict:
