@@ -26,7 +26,6 @@ flags.DEFINE_string("src", "en", "Source language code.")
 flags.DEFINE_string("tgt", "de", "Target language code.")
 flags.DEFINE_string("split", "train", "Split to read.")
 flags.DEFINE_integer("tokens_per_batch", 25_000, "Global token budget per side.")
-flags.DEFINE_alias("tokens", "tokens_per_batch")  # the name of earlier versions
 flags.DEFINE_integer("vocab_size", 8000, "Shared SentencePiece vocabulary size.")
 flags.DEFINE_integer("max_train_length", 256, "Length filter: pairs with a longer side (subwords) are dropped.")
 flags.DEFINE_integer("epochs", 3, "Epochs read from the cache (the best is reported).")

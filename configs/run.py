@@ -15,16 +15,6 @@ CLOSINGS = ("labeled", "bare")
 # zero at the run's horizon, its last update (training.schedules.BudgetSchedule).
 SCHEDULES = ("paper", "budget")
 
-# Option names of earlier versions (config.json files they wrote) → today's. ``budget_start`` was a
-# process-local clock value, not an option of the run: it is no longer stored and is dropped on reading.
-RENAMED_OPTIONS = {"tokens": "tokens_per_batch", "max_length": "max_train_length"}
-DROPPED_OPTIONS = ("budget_start",)
-
-
-def renamed_options(run: dict) -> dict:
-    """A stored run's options (``config.json``'s ``run``) under today's names (:data:`RENAMED_OPTIONS`)."""
-    return {RENAMED_OPTIONS.get(name, name): value for name, value in run.items() if name not in DROPPED_OPTIONS}
-
 
 @dataclasses.dataclass(frozen=True)
 class RunOptions:

@@ -79,9 +79,6 @@ class TransformerConfig:
     Inference (section 6.1):
       beam_size, alpha (the length penalty α), max_extra_length (longest output =
       input length + this).
-
-    ``config.json`` files written before the names above were settled still
-    load: :data:`RENAMED_FIELDS` maps each old field name to its new one.
     """
 
     name: str = "base"
@@ -191,8 +188,7 @@ class TransformerConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
-        """The config of ``values`` (a ``config.json``'s ``model``); old field names are read as their new ones."""
-        values = renamed(values)
+        """The config of ``values`` (a ``config.json``'s ``model``); unknown field names raise ValueError."""
         unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise ValueError(f"Unknown TransformerConfig field(s): {', '.join(unknown)}")
@@ -201,24 +197,6 @@ class TransformerConfig:
     @classmethod
     def from_json(cls, text: str) -> TransformerConfig:
         return cls.from_dict(json.loads(text))
-
-
-# Field names of earlier versions (config.json files they wrote, ``--set`` settings) → today's.
-RENAMED_FIELDS = {
-    "max_length": "max_positions",
-    "max_sequence_length": "max_train_length",
-    "length_penalty": "alpha",
-    "extra_decode_length": "max_extra_length",
-    "src_vocab_size": "source_vocab_size",
-}
-
-
-def renamed(values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` with old field names (:data:`RENAMED_FIELDS`) replaced by today's; both at once is an error."""
-    both = sorted(old for old, new in RENAMED_FIELDS.items() if old in values and new in values)
-    if both:
-        raise ValueError(f"TransformerConfig: {', '.join(both)} and their new names are both set")
-    return {RENAMED_FIELDS.get(name, name): value for name, value in values.items()}
 
 
 _BASE = TransformerConfig(name="base")
@@ -325,14 +303,11 @@ def parse_overrides(settings: list[str]) -> dict[str, Any]:
     """``["dropout=0.2", "position=learned"]`` → ``{"dropout": 0.2, "position": "learned"}``.
 
     Values are JSON (numbers, booleans) or else plain strings; unknown fields raise ``ValueError``.
-    A field's old name (:data:`RENAMED_FIELDS`) is refused with its new one.
     """
     fields = [f.name for f in dataclasses.fields(TransformerConfig)]
     overrides: dict[str, Any] = {}
     for setting in settings:
         name, sep, value = setting.partition("=")
-        if name in RENAMED_FIELDS:
-            raise ValueError(f"--set {setting!r}: the field {name} is now called {RENAMED_FIELDS[name]}")
         if not sep or name not in fields:
             raise ValueError(f"--set {setting!r}: expected FIELD=VALUE with FIELD one of {', '.join(fields)}")
         try:

@@ -155,7 +155,7 @@ def make_buckets(max_length: int, tokens_per_batch: int, num_replicas: int = 1) 
     if tokens_per_batch < num_replicas * max_length:
         raise ValueError(
             f"tokens_per_batch={tokens_per_batch} cannot hold one sequence of max_length={max_length} "
-            f"on each of {num_replicas} replica(s); raise --tokens or lower the max length"
+            f"on each of {num_replicas} replica(s); raise --tokens_per_batch or lower --max_train_length"
         )
     top = -(-max_length // LENGTH_MULTIPLE) * LENGTH_MULTIPLE
     padded = tuple(range(LENGTH_MULTIPLE, top + 1, LENGTH_MULTIPLE))

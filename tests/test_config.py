@@ -4,8 +4,7 @@ import dataclasses
 
 import pytest
 
-from configs import PRESETS, TransformerConfig, get_config, parse_overrides, preset_names, renamed_options
-from configs.transformer import RENAMED_FIELDS
+from configs import PRESETS, TransformerConfig, get_config, parse_overrides, preset_names
 
 TABLE3_ORDER = ["A1", "A2", "A3", "A4", "B1", "B2"] + [f"C{i}" for i in range(1, 8)] + ["D1", "D2", "D3", "D4", "E"]
 
@@ -72,23 +71,3 @@ def test_overrides_parse_json_values_and_name_bad_fields():
         parse_overrides(["dropuot=0.3"])
     with pytest.raises(ValueError, match="'dropout'"):
         parse_overrides(["dropout"])
-
-
-def test_config_files_of_earlier_versions_load_under_todays_names():
-    """config.json written before each concept had one name: every old field and option reads as its new one."""
-    old_model = {**get_config("tiny").to_dict()}
-    for old, new in RENAMED_FIELDS.items():
-        old_model[old] = old_model.pop(new)
-    old_model.update(max_length=300, length_penalty=0.3, extra_decode_length=20, max_sequence_length=40)
-    config = TransformerConfig.from_dict(old_model)
-    assert (config.max_positions, config.alpha, config.max_extra_length, config.max_train_length) == (300, 0.3, 20, 40)
-    with pytest.raises(ValueError, match="length_penalty"):
-        TransformerConfig.from_dict({**config.to_dict(), "length_penalty": 0.6})  # both names: which one?
-    run = renamed_options({"tokens": 512, "max_length": 64, "budget_start": 12.5, "seed": 1})
-    assert run == {"tokens_per_batch": 512, "max_train_length": 64, "seed": 1}
-
-
-def test_an_old_field_name_in_set_is_refused_naming_the_new_one():
-    for old, new in RENAMED_FIELDS.items():
-        with pytest.raises(ValueError, match=f"{old} is now called {new}"):
-            parse_overrides([f"{old}=1"])

@@ -16,6 +16,7 @@ RANKS = {
     "tf_transformer.constants": 0,
     "tf_transformer.cpu": 0,
     "tf_transformer.files": 0,
+    "tf_transformer.formats": 0,  # imports nothing: an export is read without TensorFlow
     "tf_transformer.language_codes": 0,  # sentencepiece only: the server counts tokens without TensorFlow's data
     "pipelines.text_lines": 0,  # imports no project module; every reader of text lines uses it
     "pipelines": 1,

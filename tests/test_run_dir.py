@@ -4,6 +4,7 @@ import json
 import logging
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 
@@ -15,14 +16,12 @@ from tests.commands import BIN
 from tf_transformer.run_dir import checkpoint_dir, default_checkpoint, restore_model
 from tf_transformer.training.averaging import average_checkpoints
 
-FIXTURE = pathlib.Path(__file__).resolve().parent / "fixtures" / "compat" / "run"
-
 
 @pytest.fixture
-def run(tmp_path):
-    """The fixture run with a second, later checkpoint (ckpt-8: ckpt-4's weights, scaled)."""
+def run(tiny_run, tmp_path):
+    """A copy of ``tiny_run`` with a second, later checkpoint (ckpt-8: ckpt-4's weights, scaled)."""
     run = tmp_path / "run"
-    shutil.copytree(FIXTURE, run)
+    shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("data_cache", "logs"))
     model, _ = restore_model(str(run), str(run / "checkpoints" / "ckpt-4"))
     for weight in model.weights:
         weight.assign(weight * 1.5)
@@ -196,7 +195,7 @@ def test_checkpoints_of_a_relative_run_directory_are_listed_where_they_are(tmp_p
 
 
 def test_a_state_file_listing_checkpoints_elsewhere_finds_them_beside_it(tmp_path, monkeypatch):
-    """Runs trained in a relative directory before the fix above list ``../../../ckpt-N``: they still resume."""
+    """TensorFlow's own writer lists ``../../../ckpt-N`` for a relative directory: the checkpoints are found."""
     from tf_transformer.run_dir import checkpoints, save_checkpoint
 
     monkeypatch.chdir(tmp_path)
@@ -218,3 +217,25 @@ def test_a_state_file_listing_checkpoints_elsewhere_finds_them_beside_it(tmp_pat
     save_checkpoint(resumed, 3)
     assert checkpoints(directory) == expected[1:] + [os.path.join(directory, "ckpt-3")]
     assert not os.path.exists(expected[0] + ".index")
+
+
+def test_a_run_directory_records_its_format_and_another_format_is_refused_naming_both(tmp_path):
+    from configs import get_config
+    from tf_transformer.formats import FormatError
+    from tf_transformer.run_dir import RUN_FORMAT, load_run, save_run, stored_fingerprints
+
+    run = tmp_path / "runs" / "x"
+    run.mkdir(parents=True)
+    save_run(str(run), get_config("tiny"), {"seed": 3})
+    assert load_run(str(run)) == (get_config("tiny"), {"seed": 3})
+    stored = json.loads((run / "config.json").read_text())
+    assert stored["format"] == RUN_FORMAT == 1
+    for recorded, named in ((0, "format 0"), (RUN_FORMAT + 1, "format 2"), (None, "format none")):
+        changed = {key: value for key, value in stored.items() if key != "format"}
+        if recorded is not None:
+            changed["format"] = recorded
+        (run / "config.json").write_text(json.dumps(changed))
+        expected = re.escape(f"{run / 'config.json'}: run directory {named}") + ".*, this tf_transformer reads format 1"
+        for read in (load_run, stored_fingerprints):
+            with pytest.raises(FormatError, match=expected):
+                read(str(run))

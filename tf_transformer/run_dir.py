@@ -1,6 +1,6 @@
 """A run directory: what ``tft-train`` writes and every later command reads.
 
-``config.json`` (the model config and the run options), ``sp.model`` (the
+``config.json`` (its format, the model config and the run options), ``sp.model`` (the
 shared vocabulary), ``checkpoints/`` (model and optimizer, the last K),
 ``best/`` and ``best.json`` (the weights of the best dev evaluation, with
 ``--keep_best_by``), ``averaged/`` (``tft-average``), ``logs/`` (TensorBoard)
@@ -29,7 +29,6 @@ from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState  # t
 
 import pipelines
 from configs import TransformerConfig
-from configs.run import renamed_options
 from tf_transformer.files import (
     ReadError,
     WriteError,
@@ -42,6 +41,7 @@ from tf_transformer.files import (
     sync_path,
     write_bytes,
 )
+from tf_transformer.formats import FORMAT_KEY, check_format
 from tf_transformer.model import build_transformer
 
 
@@ -66,6 +66,9 @@ def is_damaged(error: BaseException) -> bool:
 
 
 CONFIG_FILE = "config.json"
+# The format of a run directory (config.json's keys, the files beside it and what they hold), recorded in
+# config.json and checked by every reader (tf_transformer.formats). A change of format bumps this number.
+RUN_FORMAT = 1
 VOCABULARY_FILE = "sp.model"
 CHECKPOINTS = "checkpoints"
 AVERAGED = "averaged"
@@ -232,8 +235,8 @@ def _parse_state(data: bytes, directory: str) -> tuple[list[str], CheckpointStat
 
 
 def _beside(path: str, directory: str) -> str:
-    """``path``, or the checkpoint of its name in ``directory`` where only that one exists: state files that
-    earlier versions wrote for a relative run directory list ``../../ckpt-N``."""
+    """``path``, or the checkpoint of its name in ``directory`` where only that one exists: a state file that
+    TensorFlow's own writer wrote for a relative directory (:func:`write_state` says why) lists ``../../ckpt-N``."""
     local = os.path.join(directory, os.path.basename(path))
     if local != path and not tf.io.gfile.exists(path + ".index") and tf.io.gfile.exists(local + ".index"):
         return local
@@ -257,16 +260,21 @@ def _remove_leftovers(directory: str) -> None:
         path = os.path.join(directory, name)
         if re.match(r"^ckpt-\d+_temp$", name) and os.path.isdir(path):
             shutil.rmtree(path, ignore_errors=True)
-        elif name.startswith(f"{STATE_FILE}.tmp"):  # TensorFlow's own state writes (older runs)
+        elif name.startswith(f"{STATE_FILE}.tmp"):  # TensorFlow's own state writes
             os.remove(path)
 
 
 def save_run(model_dir: str, config: TransformerConfig, options: dict, corpus=None) -> None:
-    """Writes ``config.json``: the model config, the run options (a dict) and :func:`fingerprints`
-    (``corpus``: one corpus, or a list of the corpora a run mixes)."""
+    """Writes ``config.json``: :data:`RUN_FORMAT`, the model config, the run options (a dict) and
+    :func:`fingerprints` (``corpus``: one corpus, or a list of the corpora a run mixes)."""
     save_json(
         os.path.join(model_dir, CONFIG_FILE),
-        {"model": config.to_dict(), "run": options, "fingerprints": fingerprints(model_dir, corpus)},
+        {
+            FORMAT_KEY: RUN_FORMAT,
+            "model": config.to_dict(),
+            "run": options,
+            "fingerprints": fingerprints(model_dir, corpus),
+        },
     )
 
 
@@ -315,22 +323,28 @@ def _sha256(path: str) -> str:
     return _HASHES[key]
 
 
-def stored_fingerprints(model_dir: str) -> dict:
-    """The :func:`fingerprints` ``config.json`` records (none for runs of earlier versions)."""
-    with tf.io.gfile.GFile(os.path.join(model_dir, CONFIG_FILE)) as handle:
-        return json.loads(handle.read()).get("fingerprints", {})
-
-
-def load_run(model_dir: str) -> tuple[TransformerConfig, dict]:
-    """The model config and run options stored in ``model_dir/config.json``, under today's names
-    (a file of an earlier version loads: :data:`configs.transformer.RENAMED_FIELDS`,
-    :data:`configs.run.RENAMED_OPTIONS`)."""
+def read_config(model_dir: str) -> dict:
+    """``model_dir/config.json`` as written, refused (:class:`~tf_transformer.formats.FormatError`) unless it
+    records :data:`RUN_FORMAT`."""
     path = os.path.join(model_dir, CONFIG_FILE)
     if not tf.io.gfile.exists(path):
         raise FileNotFoundError(f"{path} not found: is {model_dir!r} a model directory written by tft-train?")
     with tf.io.gfile.GFile(path) as handle:
         stored = json.loads(handle.read())
-    return TransformerConfig.from_dict(stored["model"]), renamed_options(stored["run"])
+    remedy = "train it again with this version, or use it with the version that wrote it"
+    check_format(stored, path, "run directory", RUN_FORMAT, remedy)
+    return stored
+
+
+def stored_fingerprints(model_dir: str) -> dict:
+    """The :func:`fingerprints` ``config.json`` records (none for an imported model)."""
+    return read_config(model_dir).get("fingerprints", {})
+
+
+def load_run(model_dir: str) -> tuple[TransformerConfig, dict]:
+    """The model config and run options stored in ``model_dir/config.json``."""
+    stored = read_config(model_dir)
+    return TransformerConfig.from_dict(stored["model"]), stored["run"]
 
 
 def vocabulary_path(model_dir: str) -> str:

@@ -44,7 +44,6 @@ flags.DEFINE_integer(
     "would run with fewer intra-op threads).",
     lower_bound=1,
 )
-flags.DEFINE_alias("streams", "batch_parts")  # the name of earlier versions
 flags.DEFINE_integer(
     "workers",
     1,

@@ -3,7 +3,6 @@
 import json
 import re
 import subprocess
-import sys
 
 import pytest
 
@@ -38,14 +37,3 @@ def test_a_run_reads_clean_and_counts_toward_its_end(train_corpus_dir, tmp_path)
     # Each metric is its own: the validation count is the dev split's, not a copy of the training count.
     assert history["val_target_tokens"][0] < history["target_tokens"][0]
     assert len(set(history["val_target_tokens"])) == 1  # the same dev split every epoch
-
-
-def test_the_old_flag_spellings_are_aliases_of_the_new_ones():
-    """``--tokens`` and ``--max_length`` (earlier versions) set ``--tokens_per_batch`` and ``--max_train_length``."""
-    script = (
-        "from absl import flags; import tf_transformer.cli.train; F = flags.FLAGS; "
-        "F(['tft-train', '--tokens=512', '--max_length=64']); print(F.tokens_per_batch, F.max_train_length)"
-    )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split() == ["512", "64"]

@@ -1,4 +1,4 @@
-"""tft-translate: order kept across batches and workers, n-best from a run, flags checked."""
+"""tft-translate: order kept across batches and workers, n-best from a run, flags and formats checked."""
 
 import subprocess
 
@@ -205,3 +205,20 @@ def test_translate_refuses_an_early_stop_rule_for_an_export(tmp_path):
         "tft-translate", "--model_dir", str(tmp_path / "run"), "--sampling", "--early_stop", "exact", input="zeta\n"
     )
     assert sampled.returncode != 0 and "--early_stop is beam search's" in sampled.stderr
+
+
+def test_a_run_directory_or_export_of_another_format_is_a_usage_error_naming_both(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text('{"format": 0, "model": {}, "run": {}}')
+    export = tmp_path / "export" / "1"
+    (export / "assets.extra").mkdir(parents=True)
+    (export / "saved_model.pb").write_bytes(b"")
+    (export / "assets.extra" / "tf_transformer.json").write_text('{"format": 2}')
+    for flag, path, says in (
+        ("--model_dir", run, f"{run / 'config.json'}: run directory format 0, this tf_transformer reads format 1"),
+        ("--model", export, "tf_transformer.json: export format 2, this tf_transformer reads format 1"),
+    ):
+        result = run_command("tft-translate", flag, str(path), input="zeta\n")
+        assert result.returncode == 1 and says in result.stderr, result.stderr[-3000:]
+        assert "Traceback" not in result.stderr

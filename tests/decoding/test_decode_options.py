@@ -1,8 +1,6 @@
 """Decoding options: the config's defaults filled in once, flags over them, limits checked, the graph's bound."""
 
 import dataclasses
-import subprocess
-import sys
 
 import pytest
 
@@ -48,26 +46,3 @@ def test_options_are_frozen_and_checked():
 )
 def test_longest_output(options, source_length, longest):
     assert options.longest_output(source_length) == longest
-
-
-def test_the_export_cli_reads_the_old_flag_names():
-    """``--extra_length``, ``--max_length`` and ``--streams`` of earlier versions set today's flags."""
-    script = (
-        "from absl import flags; import tf_transformer.cli.export; "
-        "flags.FLAGS(['tft-export', '--model_dir=r', '--output=o', '--extra_length=7', '--max_length=9', "
-        "'--streams=2']); "
-        "print(flags.FLAGS.max_extra_length, flags.FLAGS.max_output_length, flags.FLAGS.batch_parts)"
-    )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split() == ["7", "9", "2"]
-
-
-def test_the_translate_cli_reads_the_old_flag_name():
-    script = (
-        "from absl import flags; import tf_transformer.cli.translate; "
-        "flags.FLAGS(['tft-translate', '--streams=2']); print(flags.FLAGS.batch_parts)"
-    )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split() == ["2"]

@@ -165,11 +165,11 @@ def test_fresh_process_loads_with_both_loaders_and_matches(tiny_run, tiny_export
 
 @pytest.mark.slow
 def test_bfloat16_export_loads_in_a_fresh_process_and_translates(tiny_run, tmp_path):
-    """``--dtype bfloat16``: bfloat16 variables in the SavedModel; both loaders run it."""
+    """``--precision bfloat16``: bfloat16 variables in the SavedModel; both loaders run it."""
     output = export_cli(
         tiny_run,
         tmp_path / "tiny_bf16" / "1",
-        "--dtype",
+        "--precision",
         "bfloat16",
         "--max_source_length",
         "512",

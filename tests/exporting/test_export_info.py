@@ -1,46 +1,21 @@
-"""What an export records: written and read back, read from earlier versions' files, read without Keras."""
+"""What an export records: written and read back with its format, another format refused, read without Keras."""
 
 import json
+import re
 import subprocess
 import sys
 
+import pytest
+
 from tf_transformer.decoding.decode_options import DecodeOptions
-from tf_transformer.exporting.export_info import EXPORT_INFO, ExportInfo, read_export_info, write_export_info
-
-# assets.extra/tf_transformer.json as tft-export wrote it before the options took today's names.
-EARLIER = {
-    "signatures": ["serving_default", "translate_ids", "translate_with_alignment"],
-    "alignment_layer": 1,
-    "serving_default": "translate",
-    "max_source_length": 64,
-    "truncate_source": False,
-    "source_vocab_size": 120,
-    "beam_size": 4,
-    "alpha": 0.6,
-    "extra_length": 10,
-    "min_length": 40,
-    "max_length": 40,
-    "streams": 2,
-    "dtype": "float32",
-}
-
-
-def test_an_earlier_versions_file_is_read_under_todays_names(tmp_path):
-    (tmp_path / "assets.extra").mkdir()
-    (tmp_path / EXPORT_INFO).write_text(json.dumps(EARLIER), encoding="utf-8")
-    info = read_export_info(str(tmp_path))
-    assert info.options == DecodeOptions(
-        beam_size=4,
-        alpha=0.6,
-        max_extra_length=10,
-        min_length=40,
-        max_output_length=40,
-        batch_parts=2,
-        max_source_length=64,
-        early_stop="exact",  # what searches of earlier versions stopped on
-    )
-    assert info.signatures == ("serving_default", "translate_ids", "translate_with_alignment")
-    assert (info.alignment_layer, info.source_vocab_size, info.dtype) == (1, 120, "float32")
+from tf_transformer.exporting.export_info import (
+    EXPORT_FORMAT,
+    EXPORT_INFO,
+    ExportInfo,
+    read_export_info,
+    write_export_info,
+)
+from tf_transformer.formats import FormatError
 
 
 def test_written_and_read_back(tmp_path):
@@ -53,14 +28,27 @@ def test_written_and_read_back(tmp_path):
     )
     write_export_info(str(tmp_path), info)
     written = json.loads((tmp_path / EXPORT_INFO).read_text(encoding="utf-8"))
+    assert written["format"] == EXPORT_FORMAT == 1
     assert written["max_extra_length"] == 10 and written["max_output_length"] == 30 and written["batch_parts"] == 1
-    assert not {"extra_length", "max_length", "streams"} & set(written)
     assert read_export_info(str(tmp_path)) == info
 
 
-def test_an_export_without_the_file_records_nothing(tmp_path):
-    assert read_export_info(str(tmp_path)) == ExportInfo() and ExportInfo().options is None
-    assert ExportInfo.from_dict({"signatures": ["serving_default"]}).options is None  # no setting is guessed
+def test_an_export_of_another_format_or_none_is_refused_naming_both(tmp_path):
+    export = tmp_path / "models" / "x" / "1"
+    write_export_info(str(export), ExportInfo(signatures=("serving_default",), options=DecodeOptions()))
+    path = export / EXPORT_INFO
+    written = json.loads(path.read_text(encoding="utf-8"))
+    for recorded, named in ((0, "format 0"), (EXPORT_FORMAT + 1, "format 2"), (None, "format none")):
+        changed = {key: value for key, value in written.items() if key != "format"}
+        if recorded is not None:
+            changed["format"] = recorded
+        path.write_text(json.dumps(changed), encoding="utf-8")
+        expected = re.escape(f"{path}: export {named}") + ".*, this tf_transformer reads format 1; export the run again"
+        with pytest.raises(FormatError, match=expected):
+            read_export_info(str(export))
+    path.unlink()
+    with pytest.raises(FormatError, match=re.escape(f"{path} not found") + ".*reads export format 1"):
+        read_export_info(str(export))
 
 
 def test_the_server_reads_exports_without_keras_or_the_model():
@@ -74,12 +62,6 @@ def test_the_server_reads_exports_without_keras_or_the_model():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout) == []
-
-
-def test_settings_the_flags_now_refuse_still_load_from_an_earlier_export():
-    """Earlier tft-export bounded neither --alpha nor --max_extra_length: what such an export recorded is read."""
-    info = ExportInfo.from_dict({"signatures": ["serving_default"], "beam_size": 4, "alpha": -0.2, "min_length": 0})
-    assert info.options == DecodeOptions(beam_size=4, alpha=-0.2, min_length=0, early_stop="exact")
 
 
 def test_a_parser_export_records_its_closings_and_its_task_writes_gold_trees_so(tmp_path):

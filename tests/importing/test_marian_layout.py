@@ -15,7 +15,7 @@ from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.importing.imported_run import import_opus_mt
 from tf_transformer.importing.marian import ModelImportError
 from tf_transformer.importing.vocabulary import VocabularyError, read_vocab_yml
-from tf_transformer.run_dir import restore_model
+from tf_transformer.run_dir import RUN_FORMAT, restore_model
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +43,8 @@ def test_both_layouts_give_the_same_weights_and_vocabulary(runs):
     assert differ == {"layer_norm_epsilon", "beam_size", "max_positions", "max_train_length"}
     assert marian_config.layer_norm_epsilon == 1e-6  # Marian's (src/layers/generic.h); the port's torch uses 1e-5
     assert marian_config.beam_size == 6  # decoder.yml's beam-size
-    imported = json.loads((from_marian / "config.json").read_text())["imported"]
-    assert imported["format"] == "marian"
+    stored = json.loads((from_marian / "config.json").read_text())
+    assert stored["format"] == RUN_FORMAT and stored["imported"]["format"] == "marian"  # ours, and the source's
 
 
 def test_greedy_output_equals_hugging_face_s_generate(runs):

@@ -83,10 +83,7 @@ def test_a_lone_calls_width_is_its_longest_decode_not_its_hypothesis():
     """``ids`` of a lone call run to source + ``max_extra_length`` (zeros after an early EOS), cut sources cut."""
     servable = Servable.__new__(Servable)  # fit needs only the settings an export records, no graph
     servable.input_kinds = {"translate_ids": "ids"}
-    # As an export of an earlier version recorded them (its names of the options).
-    servable.info = ExportInfo.from_dict(
-        {"extra_length": 2, "max_length": None, "min_length": 0, "truncate_source": False}
-    )
+    servable.info = ExportInfo(options=DecodeOptions(max_extra_length=2, min_length=0))
     # A batch of [10, 3] and [10, 11, 12, 13, 3]: 5 source tokens + 2 = 7 wide.
     batch = {"ids": np.array([[5, 3, 0, 0, 0, 0, 0], [6, 7, 8, 9, 3, 0, 0]]), "scores": np.array([-1.0, -2.0])}
     first = servable.fit("translate_ids", [[10, 3]], {key: value[:1] for key, value in batch.items()})

@@ -1,10 +1,12 @@
 """ModelVersions: the highest version served, new ones picked up, a broken one leaves the served one in place."""
 
+import json
 import pathlib
 import time
 
 import pytest
 
+from tf_transformer.exporting.export_info import EXPORT_INFO
 from tf_transformer.serving.rest_api import NotFound
 from tf_transformer.serving.versions import ModelVersions
 
@@ -96,3 +98,14 @@ def test_nothing_loadable_is_a_clear_error(tmp_path):
     base.joinpath("2").mkdir()
     with pytest.raises(FileNotFoundError, match="could be loaded"):
         ModelVersions(str(tmp_path / "m" / "2"), load=Loaded).start(0)
+
+
+def test_a_version_of_another_export_format_fails_to_load_saying_so(tmp_path):
+    """The server's own loader (Servable) refuses an export of another format before loading its graph."""
+    base = tmp_path / "m"
+    old = add_version(base, 1)
+    (old / EXPORT_INFO).parent.mkdir()
+    (old / EXPORT_INFO).write_text(json.dumps({"format": 0, "signatures": ["serving_default"]}))
+    with pytest.raises(FileNotFoundError, match="could be loaded") as refused:
+        ModelVersions(str(base)).start(0)
+    assert f"{old / EXPORT_INFO}: export format 0, this tf_transformer reads format 1" in str(refused.value)

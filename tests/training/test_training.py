@@ -352,7 +352,7 @@ def test_train_writes_a_complete_model_dir_and_tensorboard(tmp_path, train_corpu
     # The options as the run took them: resolved for the machine, with why; no process-local values.
     assert stored["precision"] == "float32" and stored["precision_reason"] == "given by --precision"
     assert stored["jit_compile"] is False and "budget_start" not in stored
-    assert json.loads((run / "config.json").read_text())["run"] == stored  # written under today's names
+    assert json.loads((run / "config.json").read_text())["run"] == stored
     assert [os.path.basename(p) for p in last_checkpoints(str(run), 3)] == [
         "ckpt-3",
         "ckpt-4",
@@ -482,8 +482,8 @@ def _final_weights(run):
 def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, train_corpus_dir):
     """SIGKILL after a checkpoint, rerun the same command: it continues and matches an uninterrupted run."""
     common = ["--config", "tiny", "--data", str(train_corpus_dir), "--dev_split", "", "--train_steps", "10"]
-    common += ["--steps_per_epoch", "4", "--checkpoint_every", "2", "--tokens", "512", "--max_length", "64"]
-    common += ["--vocab_size", "120", "--set", "dropout=0.0", "--keep_checkpoints", "20"]
+    common += ["--steps_per_epoch", "4", "--checkpoint_every", "2", "--tokens_per_batch", "512"]
+    common += ["--max_train_length", "64", "--vocab_size", "120", "--set", "dropout=0.0", "--keep_checkpoints", "20"]
     reference = tmp_path / "reference"
     done = subprocess.run(
         [str(BIN / "tft-train"), *common, "--model_dir", str(reference)], capture_output=True, text=True, timeout=600

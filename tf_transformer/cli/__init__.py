@@ -71,15 +71,22 @@ class _HelpshortFlag(_HelpFlag):
 
 
 def model_task(model: str | None, model_dir: str | None):
-    """The task of an export (what it records) or of a run directory (its ``config.json``)."""
+    """The task of an export (what it records) or of a run directory (its ``config.json``); one of another
+    format is a usage error that names both formats."""
+    from absl import app
+
+    from tf_transformer.formats import FormatError
     from tf_transformer.tasks import get_task, task_of_run
 
-    if model:
-        from tf_transformer.exporting.export_info import read_export_info
+    try:
+        if model:
+            from tf_transformer.exporting.export_info import read_export_info
 
-        info = read_export_info(model)
-        return get_task(info.task, info.linearization, info.closings)
-    return task_of_run(model_dir)
+            info = read_export_info(model)
+            return get_task(info.task, info.linearization, info.closings)
+        return task_of_run(model_dir)
+    except FormatError as error:
+        raise app.UsageError(str(error)) from None
 
 
 def read_test_set(task, model: str | None, src: str | None, targets: str, targets_flag: str):

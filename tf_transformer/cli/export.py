@@ -50,11 +50,9 @@ flags.DEFINE_string(
     "(default: MODEL_DIR/averaged/ckpt, else the newest).",
 )
 define_decoding_flags(SEARCH_SETTINGS[:2] + SEARCH_SETTINGS[3:], " (the export's own; a request may change it)")
-flags.DEFINE_alias("extra_length", "max_extra_length")  # the name of earlier versions
 flags.DEFINE_integer(
     "max_output_length", None, "Cap on the output length besides input + --max_extra_length.", lower_bound=1
 )
-flags.DEFINE_alias("max_length", "max_output_length")  # the name of earlier versions
 define_early_stop_flag(" Fixed in the export.")
 define_constrained_flag(" Fixed in the export.")
 flags.DEFINE_enum(
@@ -74,7 +72,6 @@ flags.DEFINE_enum(
     "tft-train on CPUs); the export records which and why. bfloat16 decodes faster on such CPUs, with "
     "translations that differ slightly from float32's (docs/inference.md#precision-and-layout).",
 )
-flags.DEFINE_alias("dtype", "precision")  # the name of earlier versions
 flags.DEFINE_integer(
     "batch_parts",
     1,
@@ -83,7 +80,6 @@ flags.DEFINE_integer(
     "--tensorflow_inter_op_parallelism=N; tft-serve/tft-translate: --intra_op_threads 1 --inter_op_threads N).",
     lower_bound=1,
 )
-flags.DEFINE_alias("streams", "batch_parts")  # the name of earlier versions
 flags.DEFINE_integer(
     "max_source_length",
     None,

@@ -67,7 +67,7 @@ def main(argv):
             recorded = DecodeOptions.for_run(FLAGS.model_dir)
     except (ValueError, FileNotFoundError) as error:
         raise app.UsageError(str(error)) from None
-    alpha = request.resolved(recorded or DecodeOptions()).alpha
+    alpha = request.resolved(recorded).alpha
 
     def progress(done, total):
         print(f"\rscored {done}/{total}", end="", file=sys.stderr, flush=True)

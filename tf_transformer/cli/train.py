@@ -103,14 +103,12 @@ flags.DEFINE_integer("keep_checkpoints", 10, "Checkpoints kept (the newest).", l
 flags.DEFINE_integer(
     "tokens_per_batch", None, "Global token budget per batch and side (default: the preset's).", lower_bound=8
 )
-flags.DEFINE_alias("tokens", "tokens_per_batch")  # the name of earlier versions
 flags.DEFINE_integer(
     "max_train_length",
     None,
     "Drop pairs with a side longer than this many subwords (default: the preset's).",
     lower_bound=2,
 )
-flags.DEFINE_alias("max_length", "max_train_length")  # the name of earlier versions
 flags.DEFINE_enum(
     "precision",
     "auto",
@@ -228,6 +226,7 @@ def main(argv):
     from configs import get_config
     from pipelines import DataError
     from tf_transformer.files import ReadError, WriteError
+    from tf_transformer.formats import FormatError
     from tf_transformer.training.cluster import ClusterError
     from tf_transformer.training.options import OptionError
     from tf_transformer.training.resume import ResumeError
@@ -250,7 +249,7 @@ def main(argv):
     print(f"TensorBoard: tensorboard --logdir {os.path.join(FLAGS.model_dir, 'logs')}", flush=True)
     try:
         summary = train(config, options, FLAGS.model_dir)
-    except (DataError, ResumeError, OptionError) as error:
+    except (DataError, ResumeError, OptionError, FormatError) as error:
         raise app.UsageError(str(error)) from None
     except ClusterError as error:  # a worker lost, or a model_dir the workers do not share
         sys.exit(f"tft-train: {error}")

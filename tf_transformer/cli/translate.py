@@ -69,7 +69,6 @@ flags.DEFINE_integer(
 flags.DEFINE_integer(
     "batch_parts", 1, "Batch parts decoded side by side (--model_dir only; an export fixes its own).", lower_bound=1
 )
-flags.DEFINE_alias("streams", "batch_parts")  # the name of earlier versions
 define_early_stop_flag(" --model_dir only; an export fixes its own.")
 define_constrained_flag(" --model_dir only; an export fixes its own.")
 flags.DEFINE_integer(
@@ -131,8 +130,7 @@ def main(argv):
     if FLAGS.model:
         from tf_transformer.exporting.export_info import read_export_info
 
-        recorded = read_export_info(FLAGS.model).options
-        split = None if recorded is None else recorded.word_tokenizer
+        split = read_export_info(FLAGS.model).options.word_tokenizer
     translate = postprocessed(translate, lambda source, text: task.postprocess(source, text, split))  # trees
     lines = split_lines(sys.stdin.buffer, "<stdin>")  # the lines training and tft-evaluate would read
     if request.prefix:

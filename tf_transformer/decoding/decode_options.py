@@ -86,8 +86,7 @@ class DecodeOptions:
     word_tokenizer: str | None = None
 
     def __post_init__(self):
-        # Only what a search cannot run without: an export or run directory of an earlier version may record
-        # an α or a length the command-line flags now refuse, and must still load.
+        # Only what a search cannot run without; the ranges a caller may ask for are configs.decoding's.
         if self.beam_size < 1:
             raise ValueError(f"beam_size must be positive, got {self.beam_size}")
         if self.max_output_length is not None and self.max_output_length < 1:

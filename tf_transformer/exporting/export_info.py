@@ -14,9 +14,13 @@ import os
 from typing import Any
 
 from tf_transformer.decoding.decode_options import DecodeOptions
+from tf_transformer.formats import FORMAT_KEY, FormatError, check_format
 from tf_transformer.language_codes import SourcePieces
 
 EXPORT_INFO = os.path.join("assets.extra", "tf_transformer.json")
+# The format of an export (its signatures and their inputs and outputs, the assets, what EXPORT_INFO records),
+# recorded in EXPORT_INFO and checked by every reader (tf_transformer.formats). A change of format bumps this number.
+EXPORT_FORMAT = 1
 
 # The axes after the first that a batch pads to its longest sentence, for each signature output that has any:
 # "output" to the longest decode a sentence of the batch may run (its source length + ``max_extra_length``, bounded
@@ -35,9 +39,6 @@ TOKENS_SIGNATURE = "translate_tokens"
 # words of the targets it scores).
 SPLIT_SIGNATURES = (TOKENS_SIGNATURE, "score")
 
-# Keys of EXPORT_INFO written by earlier versions → today's DecodeOptions fields.
-RENAMED_KEYS = {"extra_length": "max_extra_length", "max_length": "max_output_length", "streams": "batch_parts"}
-
 _OPTIONS = {field.name for field in dataclasses.fields(DecodeOptions)}
 
 
@@ -45,10 +46,9 @@ _OPTIONS = {field.name for field in dataclasses.fields(DecodeOptions)}
 class ExportInfo:
     """What ``assets.extra/tf_transformer.json`` (:data:`EXPORT_INFO`) of an export records.
 
-    TF Serving ignores the file. It is one JSON object: the fields below but
-    ``options``, and the :class:`DecodeOptions` fixed in the graph, each under its
-    field name. Files of earlier versions name some options differently
-    (:data:`RENAMED_KEYS`) and are read as today's.
+    TF Serving ignores the file. It is one JSON object: :data:`EXPORT_FORMAT`
+    under ``format``, the fields below but ``options``, and the
+    :class:`DecodeOptions` fixed in the graph, each under its field name.
 
     Args:
       signatures: the export's signature names.
@@ -57,11 +57,11 @@ class ExportInfo:
       source_vocab_size: source token ids must be below this.
       dtype: the graph's weights and compute dtype policy.
       precision_reason: how ``dtype`` was chosen: ``"given"``, or ``tft-export --precision auto``'s reason
-        (``None``: the default, float32, or an export of an earlier version).
-      task: the run's task (``tf_transformer.tasks``; ``None``: translation, for exports of earlier versions).
+        (``None``: the default, float32).
+      task: the run's task (``tf_transformer.tasks``; ``None``: translation).
         A parser's ``translations`` are linearized trees (docs/parsing.md), written as ``linearization`` and
-        ``closings`` say (``None``: labelled, for exports of earlier versions).
-      options: the decoding settings; ``None`` where the export records none (written before the file existed).
+        ``closings`` say.
+      options: the decoding settings fixed in the graph.
     """
 
     signatures: tuple[str, ...] = ()
@@ -73,37 +73,42 @@ class ExportInfo:
     task: str | None = None
     linearization: str | None = None
     closings: str | None = None
-    options: DecodeOptions | None = None
+    options: DecodeOptions = dataclasses.field(default_factory=DecodeOptions)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object the file holds."""
         fields = {
             field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.name != "options"
         }
-        return {**fields, "signatures": list(self.signatures), **(self.options.to_dict() if self.options else {})}
+        return {FORMAT_KEY: EXPORT_FORMAT, **fields, "signatures": list(self.signatures), **self.options.to_dict()}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ExportInfo:
-        """The info of the JSON object ``values``, written by this version or an earlier one."""
-        values = {RENAMED_KEYS.get(key, key): value for key, value in values.items()}
+        """The info of the JSON object ``values`` (:meth:`to_dict`'s; its format is checked by
+        :func:`read_export_info`)."""
         own = {field.name for field in dataclasses.fields(cls)} - {"options"}
         options = {key: value for key, value in values.items() if key in _OPTIONS}
-        if options:  # exports written before the rule could be chosen stop on the exact bound
-            options.setdefault("early_stop", "exact")
         return cls(
             **{key: value for key, value in values.items() if key in own and key != "signatures"},
             signatures=tuple(values.get("signatures", ())),
-            options=DecodeOptions(**options) if options else None,
+            options=DecodeOptions(**options),
         )
 
 
 def read_export_info(export_path: str) -> ExportInfo:
-    """The export's :data:`EXPORT_INFO`; for exports written before it existed, an empty :class:`ExportInfo`."""
+    """The export's :data:`EXPORT_INFO`, refused (:class:`~tf_transformer.formats.FormatError`) unless it
+    records :data:`EXPORT_FORMAT`."""
     path = os.path.join(export_path, EXPORT_INFO)
+    remedy = "export the run again with this version, or use the export with the version that wrote it"
     if not os.path.exists(path):
-        return ExportInfo()
+        raise FormatError(
+            f"{path} not found: {export_path} is not an export of this tf_transformer, which reads export "
+            f"format {EXPORT_FORMAT}; {remedy}"
+        )
     with open(path, encoding="utf-8") as handle:
-        return ExportInfo.from_dict(json.load(handle))
+        values = json.load(handle)
+    check_format(values, path, "export", EXPORT_FORMAT, remedy)
+    return ExportInfo.from_dict(values)
 
 
 def write_export_info(export_path: str, info: ExportInfo) -> None:
@@ -119,9 +124,9 @@ class SourceLimit:
     The graph refuses a whole batch for one sentence over the limit; a server or
     a batch tool checks each sentence first, so that it can say which one it was
     and fail only that one. Counts tokens as the graph does: the stripped
-    sentence's pieces, plus EOS. ``limit`` is ``None`` for exports that record
-    none (written before the limit existed) or that truncate. ``tokenized``: the
-    text goes to :data:`TOKENS_SIGNATURE` (split into words already).
+    sentence's pieces, plus EOS. ``limit`` is ``None`` for exports that
+    truncate. ``tokenized``: the text goes to :data:`TOKENS_SIGNATURE` (split into
+    words already).
     """
 
     def __init__(self, export_path: str, tokenized: bool = False):
@@ -129,9 +134,8 @@ class SourceLimit:
         options = info.options
         vocabulary = os.path.join(export_path, "assets", "sp.model")
         self.pieces = SourcePieces.from_file(vocabulary) if os.path.exists(vocabulary) else None
-        recorded = options is not None and not options.truncate_source and self.pieces is not None
-        self.limit = options.max_source_length if recorded else None
-        self.word_tokenizer = None if options is None or tokenized else options.word_tokenizer
+        self.limit = None if options.truncate_source or self.pieces is None else options.max_source_length
+        self.word_tokenizer = None if tokenized else options.word_tokenizer
         self.vocab_size = info.source_vocab_size or (self.pieces.processor.get_piece_size() if self.pieces else None)
 
     def tokens(self, text: str) -> int:

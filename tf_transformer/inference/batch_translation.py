@@ -33,7 +33,7 @@ def export_translate(
 
     request = request or DecodeRequest()
     signatures = tf.saved_model.load(model_path).signatures
-    recorded = read_export_info(model_path).options or DecodeOptions()
+    recorded = read_export_info(model_path).options
     splits = tokenized and recorded.word_tokenizer is not None
     if splits and (alignment or not request.is_default()):
         raise ValueError(

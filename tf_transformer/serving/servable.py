@@ -25,8 +25,9 @@ class Servable:
     The limits an export records (:class:`~tf_transformer.exporting.export_info.SourceLimit`:
     the longest source, the vocabulary size) are checked here per request, so
     that a request that would fail inside the graph, or take the server's
-    memory, fails alone before it is merged with others into a batch. Exports
-    written before the limits existed are served without a length limit.
+    memory, fails alone before it is merged with others into a batch. An export
+    of another format (:data:`~tf_transformer.exporting.export_info.EXPORT_FORMAT`)
+    is refused before its graph is loaded: the version fails to load, with why.
 
     A merged batch pads some outputs to its longest sentence; :meth:`fit` cuts a
     request's share back to what a call with that request alone returns, so an
@@ -44,13 +45,13 @@ class Servable:
 
         self.path = path
         self.version = version
+        self.info = read_export_info(path)  # first: an export of another format is refused without loading it
         self._tf = tf
         self.loaded = tf.saved_model.load(path)
         self.signatures = dict(self.loaded.signatures)
         self.input_kinds = {name: _input_kinds(function) for name, function in self.signatures.items()}
         self.limits = SourceLimit(path)
         self.token_limits = SourceLimit(path, tokenized=True)  # SPLIT_SIGNATURES': the words split already
-        self.info = read_export_info(path)
         self.task = get_task(self.info.task, self.info.linearization, self.info.closings)
         self._metadata = _signature_defs(path)
 
@@ -61,7 +62,7 @@ class Servable:
 
         An id row's length is its length as sent, padding ids included.
         """
-        if request.signature in DECODING_SIGNATURES and self.info.options is not None:
+        if request.signature in DECODING_SIGNATURES:
             try:
                 DecodeRequest.from_settings(request.scalars).check(self.info.options)
             except RequestError as error:
@@ -107,7 +108,7 @@ class Servable:
             return outputs
 
         options = self.info.options
-        split = None if signature in SPLIT_SIGNATURES or options is None else options.word_tokenizer
+        split = None if signature in SPLIT_SIGNATURES else options.word_tokenizer
 
         def tree(row: str, text: bytes) -> bytes:
             return self.task.postprocess(row, text.decode("utf-8"), split).encode("utf-8") if row.strip() else b""
@@ -123,8 +124,8 @@ class Servable:
         """``rows``' share of a merged batch's ``outputs``, cut to the shapes :meth:`run` of ``rows`` alone gives.
 
         Cuts the axes :data:`~tf_transformer.exporting.export_info.PADDED_AXES` names. Where
-        an export does not record what fixes a length (one written before
-        ``assets.extra/tf_transformer.json``), the axis loses only its trailing all-zero entries.
+        a length is not known (an export without ``assets/sp.model`` to count a source's
+        tokens with), the axis loses only its trailing all-zero entries.
         """
         lengths = self._lone_lengths(signature, rows)
         fitted = {}
@@ -144,7 +145,7 @@ class Servable:
         run, as ``Translator.search`` bounds it (``DecodeOptions.longest_output``).
         """
         options = self.info.options
-        cut = options.max_source_length if options is not None and options.truncate_source else None
+        cut = options.max_source_length if options.truncate_source else None
         if self.input_kinds[signature] == "strings":
             if self.limits.pieces is None:
                 return {"source": None, "output": None}
@@ -160,8 +161,6 @@ class Servable:
                 ids = ids[:, :cut]
                 ids[lengths > cut, cut - 1] = EOS_ID
                 width, lengths = cut, (ids != PAD_ID).sum(axis=1)
-        if options is None:
-            return {"source": width, "output": None}
         return {"source": width, "output": int(max(options.longest_output(int(length)) for length in lengths))}
 
     def metadata(self) -> dict:

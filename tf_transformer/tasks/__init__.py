@@ -8,7 +8,7 @@ TASK_NAMES = ("translation", "parsing")
 
 
 def get_task(name: str | None, linearization: str | None = None, closings: str | None = None) -> Task:
-    """The task ``name`` (``None``: translation, the task of runs written before tasks were recorded).
+    """The task ``name`` (``None``: translation).
 
     ``linearization``: a parser's (``--linearization``; ``None``: the default scheme, ``words``);
     ``closings``: its closing brackets (``--closings``; ``None``: labelled).
@@ -26,7 +26,7 @@ def get_task(name: str | None, linearization: str | None = None, closings: str |
 
 
 def task_of_run(model_dir: str) -> Task:
-    """The task a run directory records (``config.json``'s ``run.task``; translation for earlier runs)."""
+    """The task a run directory records (``config.json``'s ``run.task``)."""
     from tf_transformer.run_dir import load_run
 
     run = load_run(model_dir)[1]

@@ -138,13 +138,8 @@ def effective(config: TransformerConfig, run: dict) -> dict:
     or ``dataclasses.asdict`` of :class:`~configs.RunOptions` plus ``num_replicas``.
     """
     values = dict(run)
-    values["task"] = run.get("task") or "translation"  # runs written before tasks were recorded translate
     values["tokens_per_batch"] = run.get("tokens_per_batch") or config.tokens_per_batch
     values["max_train_length"] = run.get("max_train_length") or config.max_train_length
-    parser = values["task"] == "parsing"  # runs written before these options trained so:
-    values["tree_loss"] = run.get("tree_loss") or ("full" if parser else None)
-    values["closings"] = run.get("closings") or ("labeled" if parser else None)
-    values["schedule"] = run.get("schedule") or "paper"  # runs written before schedules were recorded
     data = values.get("data")
     if data:  # one corpus (a string), or several (a list in config.json, a tuple in RunOptions)
         real = [source if source.startswith("tfds:") else os.path.realpath(source) for source in _listed(data)]

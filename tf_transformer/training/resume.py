@@ -76,24 +76,15 @@ def check_unchanged(model_dir: str, config: TransformerConfig, run: dict, corpus
     """Refuses to resume ``model_dir`` with options or inputs that would change its data stream, its schedule
     or the shape of its checkpoint; called before anything of the run is written.
 
-    Compared: :data:`STREAM_OPTIONS` (a ``jit_compile`` an older version did not
-    resolve is not), the precision where it changes the optimizer's checkpoint
+    Compared: :data:`STREAM_OPTIONS`, the precision where it changes the optimizer's checkpoint
     (:func:`~tf_transformer.training.options.loss_scaled`), and by content
     (:func:`run_dir.fingerprints`) the files of ``corpus`` (one, or a list) and ``sp.model``.
-    Every change is named with its old and new value and the flag that sets
-    it. Options and fingerprints the stored run does not record (older runs)
-    are not compared.
+    Every change is named with its old and new value and the flag that sets it.
     """
     stored_config, stored_run = run_dir.load_run(model_dir)
-    compared = [
-        name
-        for name in STREAM_OPTIONS
-        if (name in stored_run and not (name == "jit_compile" and stored_run[name] is None))
-        or name in ("tokens_per_batch", "max_train_length", "closings", "tree_loss", "schedule")
-    ]
     changed = [
         _change(name, old, new)
-        for name, old, new in differences(effective(stored_config, stored_run), effective(config, run), compared)
+        for name, old, new in differences(effective(stored_config, stored_run), effective(config, run), STREAM_OPTIONS)
     ]
     old, new = stored_run.get("precision"), run.get("precision")
     if old and loss_scaled(old) != loss_scaled(new):
@@ -266,27 +257,16 @@ def training_checkpoint(
 
 
 def restorable(checkpoint: tf.train.Checkpoint, path: str) -> tf.train.Checkpoint:
-    """``checkpoint``, or for a checkpoint written by an older version the part of it that ``path`` holds.
-
-    Without the dropout state a run resumes with other dropout masks (a warning
-    says so); without the data position it continues at the optimizer's step;
-    without a best dev evaluation (a run that kept none) the best is tracked from here.
-    """
-    parts = {name: getattr(checkpoint, name) for name in _PARTS if hasattr(checkpoint, name)}
-    missing = [name for name in (SEEDS, POSITION, BEST, HORIZON) if name in parts and not holds(path, name)]
-    if not missing:
+    """``checkpoint``, or, where the run now keeps a best dev evaluation (``--keep_best_by``) and the checkpoint
+    at ``path`` holds none (the run kept none), the rest of it: the best is tracked from here."""
+    if not hasattr(checkpoint, BEST) or holds(path, BEST):
         return checkpoint
-    if SEEDS in missing:
-        logging.warning(
-            "%s holds no dropout random state (written by an older version): training resumes, "
-            "but its dropout masks, and so its weights, will differ from an uninterrupted run's",
-            path,
-        )
-    return tf.train.Checkpoint(**{name: value for name, value in parts.items() if name not in missing})
+    parts = {name: getattr(checkpoint, name) for name in _PARTS if hasattr(checkpoint, name) and name != BEST}
+    return tf.train.Checkpoint(**parts)
 
 
 def holds(path: str, part: str) -> bool:
-    """Whether the checkpoint at ``path`` holds ``part`` (e.g. :data:`POSITION`; older ones do not)."""
+    """Whether the checkpoint at ``path`` holds ``part`` (e.g. :data:`BEST`)."""
     # The reader of the prefix itself: load_checkpoint would take a prefix that a filesystem lists as a
     # directory (ram:// lists every prefix of a file name) for a directory of checkpoints.
     reader = tf.compat.v1.train.NewCheckpointReader(path)

@@ -38,7 +38,6 @@ from tf_transformer.training.budget import BudgetHorizon
 from tf_transformer.training.callbacks import DataPosition, StepCheckpoint, StopAtStep, StopRequests
 from tf_transformer.training.cluster import Cluster, differing_options
 from tf_transformer.training.dev_evaluation import DevEvaluation, attention_fn, translate_fn
-from tf_transformer.training.optimizers import micro_batches_done
 from tf_transformer.training.options import OptionError, Resolved, config_differences
 from tf_transformer.training.progress import ProgressLogger, ThroughputMonitor
 from tf_transformer.training.recipe import compile_model
@@ -367,7 +366,7 @@ def restore(model: keras.Model, place: RunPlace) -> RunState:
         if place.chief
         else tf.train.CheckpointManager(checkpoint, os.path.join(place.work_dir, "checkpoints"), max_to_keep=1)
     )
-    _restore(model, checkpoint, chief_manager, position, cluster, place.source_dir, place.init_checkpoint)
+    _restore(model, checkpoint, chief_manager, cluster, place.source_dir, place.init_checkpoint)
     if best is not None:
         best.restored()
     return RunState(position, best, manager, chief_manager)
@@ -447,7 +446,7 @@ def _best(model, metric, options: RunOptions, model_dir: str, work_dir: str, clu
     )
 
 
-def _restore(model, checkpoint, chief_manager, position, cluster, source_dir, init_checkpoint) -> None:
+def _restore(model, checkpoint, chief_manager, cluster, source_dir, init_checkpoint) -> None:
     """Resumes from the run's newest readable checkpoint (the chief's pick, on every worker), or ``--init_from``."""
     chief = cluster is None or cluster.is_chief
     resumed = (
@@ -462,8 +461,6 @@ def _restore(model, checkpoint, chief_manager, position, cluster, source_dir, in
             resume.restorable(checkpoint, resumed).restore(resumed).assert_existing_objects_matched()
     if resumed:
         logging.info("%sResumed from %s", f"{cluster.name}: " if cluster else "", resumed)
-        if not resume.holds(resumed, resume.POSITION):  # written by an older version
-            position.batches.assign(micro_batches_done(model.optimizer))
     elif source_dir:
         initialize_from(model, source_dir, init_checkpoint)
         logging.info("Initialized the weights from %s; the optimizer and the schedule start at step 0", init_checkpoint)

@@ -40,7 +40,7 @@ one per micro-batch and falls back over a skipped group, so it stays
 ``accumulate_steps`` × the applied updates at every group's end: the schedule
 (eq. 3) and Adam's bias correction count applied updates only, as Keras's loss
 scaling does without accumulation. The checkpoint's variables are Keras's
-own (the accumulators, the loss scale and its counter), so earlier runs resume.
+own (the accumulators, the loss scale and its counter).
 """
 
 from __future__ import annotations
