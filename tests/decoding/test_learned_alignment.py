@@ -13,7 +13,7 @@ which must agree string for string.
 The layer is the last decoder layer, the export's default. The penultimate
 (layer 0 here), which Garg et al. (2019) found best in 6-layer models, spreads
 its cross-attention over the neighbours of the source token and falls well short
-of the bar on both tasks (docs/benchmarks.md#alignment).
+of the bar on both tasks (docs/attention.md).
 """
 
 import keras
