@@ -52,7 +52,7 @@ from configs.run import CLOSINGS as RUN_CLOSINGS
 from tf_transformer.tasks.parsing.treebank import is_preterminal
 
 SCHEMES = TREE_LINEARIZATIONS
-DEFAULT_SCHEME = "words"  # chosen on dev: docs/design/parsing.md#the-linearization
+DEFAULT_SCHEME = "words"  # chosen on dev: docs/parsing.md#trees-as-sequences
 CLOSINGS = RUN_CLOSINGS
 DEFAULT_CLOSINGS = "labeled"  # docs/design/parsing.md#training-as-it-decodes
 BARE_CLOSING = ")"
