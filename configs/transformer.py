@@ -265,7 +265,7 @@ PRESETS: dict[str, TransformerConfig] = {
     **{name: _BASE.replace(name=name, **changes) for name, changes in _TABLE3.items()},
     # Section 6.3: English constituency parsing, "a 4-layer transformer with d_model = 1024", beam 21,
     # α = 0.3, outputs up to input length + 300. Targets are whole symbols (docs/parsing.md), about
-    # 62 a sentence and up to ~570. Dropout: docs/parsing.md says how it was chosen.
+    # 62 a sentence and up to ~570. Dropout: docs/design/parsing.md says how it was chosen.
     "parsing": _BASE.replace(
         name="parsing",
         num_layers=4,
@@ -279,7 +279,7 @@ PRESETS: dict[str, TransformerConfig] = {
     ),
     # The parsing task within 40 minutes on a 2-core CPU (benchmarks/parsing.py): the WSJ sample's
     # ~3,400 trees. A small model sees the most tokens in the budget; pre-norm takes a high learning
-    # rate (128^-0.5 · 300^-0.5 ≈ 5.1e-3 at step 300). docs/parsing.md says how each was chosen.
+    # rate (128^-0.5 · 300^-0.5 ≈ 5.1e-3 at step 300). docs/design/parsing.md says how each was chosen.
     "parsing_cpu": _BASE.replace(
         name="parsing_cpu",
         num_layers=3,

@@ -23,7 +23,7 @@ tree over the input.
 The scores stay the model's log-probabilities of the tokens chosen: nothing is
 renormalized, and a word's first piece is not given the mass of every word piece
 (the model's misspelt copies), which both scored lower on the tune split for a
-model trained over every token (docs/parsing.md#constrained-decoding). So where
+model trained over every token (docs/design/parsing.md#the-tree-constraint). So where
 the model's own output is a tree over the input, the constrained search finds
 the same. A model trained over the allowed tokens only (``--tree_loss allowed``)
 is scored as it trained: ``renormalize`` takes each step's softmax over them.
@@ -50,7 +50,7 @@ _USER_DEFINED = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
 # The most constituents opened in a row, before a word or closing. Without a cap, a model that gives the input's
 # next word a low probability opens bracket after bracket, as far as the length budget allows. The treebank
 # sample opens up to 6 in a row (5 or more in 28 of its 48,000 runs, 4 in 367); 3 parsed the tune split best of
-# 2, 3, 4 and 6 (docs/parsing.md#constrained-decoding).
+# 2, 3, 4 and 6 (docs/design/parsing.md#the-tree-constraint).
 MAX_OPENINGS = 3
 NO_TOKEN = -1  # an id no token has: "none allowed" in the comparisons below
 

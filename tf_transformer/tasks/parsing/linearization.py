@@ -52,9 +52,9 @@ from configs.run import CLOSINGS as RUN_CLOSINGS
 from tf_transformer.tasks.parsing.treebank import is_preterminal
 
 SCHEMES = TREE_LINEARIZATIONS
-DEFAULT_SCHEME = "words"  # chosen on dev: docs/parsing.md#where-it-stands
+DEFAULT_SCHEME = "words"  # chosen on dev: docs/parsing.md#trees-as-sequences
 CLOSINGS = RUN_CLOSINGS
-DEFAULT_CLOSINGS = "labeled"  # docs/parsing.md#training-as-it-decodes
+DEFAULT_CLOSINGS = "labeled"  # docs/design/parsing.md#training-as-it-decodes
 BARE_CLOSING = ")"
 PLACEHOLDER = "XX"
 SYMBOL_PATTERN = r"[()]\S+|XX"  # (NP )NP (NNP) XX: the symbols of every scheme

@@ -53,7 +53,7 @@ class Parsing(Task):
     splits = Splits("wsj_0001-wsj_0159", "wsj_0160-wsj_0179")
     decoding = PARSING_DECODING  # section 6.3's beam 21, α 0.3 and input + 300
     word_tokenizer = "penn"  # an export takes raw English text (penn.penn_tokenize)
-    tree_loss = "full"  # docs/parsing.md#training-as-it-decodes
+    tree_loss = "full"  # docs/design/parsing.md#training-as-it-decodes
 
     def __init__(self, linearization: str | None = None, closings: str | None = None):
         self.linearization = linearization or DEFAULT_SCHEME
