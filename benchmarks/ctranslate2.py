@@ -80,7 +80,7 @@ def main(argv):
     import sentencepiece as spm
 
     from benchmarks.common import has_bfloat16_hardware, machine
-    from tf_transformer.evaluation import read_test_set, score
+    from tf_transformer.bleu import read_test_set, score
     from tf_transformer.exporting.ctranslate2 import export_ctranslate2, import_ctranslate2
     from tf_transformer.run_dir import checkpoint_dir, checkpoints, load_run
 

@@ -48,8 +48,8 @@ def main(argv):
 
     from benchmarks.common import machine, rotated
     from configs.decoding import EARLY_STOPS
+    from tf_transformer.bleu import read_test_set, score
     from tf_transformer.decoding.decode_options import DecodeOptions
-    from tf_transformer.evaluation import read_test_set, score
     from tf_transformer.exporting.saved_model import export_run
     from tf_transformer.run_dir import checkpoint_dir, checkpoints
 

@@ -48,7 +48,7 @@ def main(argv):
 
     from benchmarks.common import choose_averaging, machine
     from configs import RunOptions, get_config, parse_overrides
-    from tf_transformer.evaluation import read_test_set, score
+    from tf_transformer.bleu import read_test_set, score
     from tf_transformer.exporting.saved_model import export_run
     from tf_transformer.inference.batch_translation import translate_lines, translate_with_checkpoint
     from tf_transformer.training.trainer import train

@@ -1,6 +1,6 @@
 """Model and training presets (``tiny``, ``small``, ``base``, ``big``, Table 3's rows) and run options."""
 
-from configs.run import CLOSINGS, PRECISIONS, SCHEDULES, STRATEGIES, TREE_LOSSES, RunOptions
+from configs.training import CLOSINGS, PRECISIONS, SCHEDULES, STRATEGIES, TREE_LOSSES, RunOptions
 from configs.transformer import PRESETS, TransformerConfig, get_config, parse_overrides, preset_names
 
 __all__ = [

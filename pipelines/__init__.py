@@ -2,7 +2,7 @@
 
 from pipelines.batching import Buckets, bucket_by_length, make_buckets
 from pipelines.dataset import CorpusStats, TrainingData, corpus_stats, to_features_and_labels, training_dataset
-from pipelines.evaluation import evaluation_dataset, restore_order
+from pipelines.decoding_batches import decoding_dataset, restore_order
 from pipelines.global_batches import part_bounds, replica_parts, update_weights
 from pipelines.mixing import mix
 from pipelines.sources import (
@@ -33,7 +33,7 @@ __all__ = [
     "bucket_by_length",
     "cached_chunks",
     "corpus_stats",
-    "evaluation_dataset",
+    "decoding_dataset",
     "find_split",
     "line_dataset",
     "make_buckets",

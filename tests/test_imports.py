@@ -26,7 +26,7 @@ RANKS = {
     "tf_transformer.layers": 2,
     "tf_transformer.model": 3,
     "tf_transformer.run_dir": 4,
-    "tf_transformer.evaluation": 4,
+    "tf_transformer.bleu": 4,
     "tf_transformer.attention_maps": 4,  # a model's weights for one translation: training and inference draw them
     "tf_transformer.tasks": 5,  # a task's data, targets, scores and decoding defaults: every later stage asks it
     "tf_transformer.decoding": 6,  # the search engine: what runs inside a decoding graph

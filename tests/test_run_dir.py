@@ -93,8 +93,8 @@ def test_a_run_directory_through_tf_io_gfile(corpus_dir, tmp_path, monkeypatch):
     from configs import get_config
     from tf_transformer.files import save_json
     from tf_transformer.run_dir import data_cache_dir, load_run, make_vocabulary, save_run, vocabulary_path
+    from tf_transformer.training.preparation import check_model_dir
     from tf_transformer.training.resume import source_run, take_vocabulary
-    from tf_transformer.training.run import check_model_dir
 
     model_dir = f"ram://{tmp_path.name}/run"  # the RAM filesystem is one per process
     config = get_config("tiny")

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import pipelines
 from pipelines import DataError, parallel_files, read_lines, split_lines, tsv_file
-from tf_transformer.evaluation import read_test_set
+from tf_transformer.bleu import read_test_set
 
 BOM = b"\xef\xbb\xbf"
 

@@ -80,7 +80,7 @@ def test_a_mixed_run_resumes_exactly_and_refuses_other_weights(tmp_path, train_c
 
 def test_each_source_alone_drops_the_mixtures_weights():
     """The options of one source of a weighted mixture (its corpus, its dev split) are valid options alone."""
-    from tf_transformer.training.run import source_options
+    from tf_transformer.training.preparation import source_options
 
     options = dataclasses.replace(tiny_options("a"), data=("a", "b"), data_weights=(0.7, 0.3))
     assert [(each.data, each.data_weights) for each in source_options(options)] == [("a", None), ("b", None)]

@@ -29,7 +29,7 @@ def main() -> int:
     from configs import RunOptions, get_config
     from pipelines import DataError
     from pipelines.download import fetch_multi30k
-    from tf_transformer.evaluation import read_test_set, score
+    from tf_transformer.bleu import read_test_set, score
     from tf_transformer.exporting.saved_model import export_run
     from tf_transformer.inference.batch_translation import translate_lines
     from tf_transformer.training.averaging import average_checkpoints

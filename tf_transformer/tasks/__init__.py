@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tf_transformer.tasks.task import Splits, Task
+from tf_transformer.tasks.base import Splits, Task
 
 TASK_NAMES = ("translation", "parsing")
 

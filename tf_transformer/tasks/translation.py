@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pipelines
-from tf_transformer.evaluation import read_test_set
-from tf_transformer.evaluation import score as bleu_score
-from tf_transformer.tasks.task import Splits, Task
+from tf_transformer.bleu import read_test_set
+from tf_transformer.bleu import score as bleu_score
+from tf_transformer.tasks.base import Splits, Task
 
 
 class Translation(Task):

@@ -41,7 +41,7 @@ def translate_fn(model, tokenizer, max_extra_length: int = 50, batch_tokens: int
     decode = _greedy(model, max_extra_length, tree_constraint(tokenizer, tree, model.config.vocab_size))
 
     def translate(sources: list[str]) -> list[str]:
-        batches = list(pipelines.evaluation_dataset(sources, tokenizer, tokens_per_batch=batch_tokens))
+        batches = list(pipelines.decoding_dataset(sources, tokenizer, tokens_per_batch=batch_tokens))
         outputs = [tokenizer.detokenize_target(decode(b["inputs"])).numpy() for b in batches]
         restored = pipelines.restore_order([b["index"].numpy() for b in batches], outputs, len(sources))
         return [text.decode("utf-8") for text in restored]

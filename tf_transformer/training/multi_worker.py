@@ -2,7 +2,7 @@
 
 Keras 3 ``fit`` fails under ``MultiWorkerMirroredStrategy``
 (keras-team/keras#20585), so workers run this loop over a run prepared as
-every layout prepares it (:mod:`~tf_transformer.training.run`): same model,
+every layout prepares it (:mod:`~tf_transformer.training.preparation`): same model,
 loss, optimizer, schedule, global batches and callbacks, and the same update:
 
 * every worker builds the same global batches; a worker of ``M`` replicas
@@ -43,7 +43,7 @@ from tf_transformer.files import first_line
 from tf_transformer.training.callbacks import Preempted
 from tf_transformer.training.cluster import LOST, ClusterError
 from tf_transformer.training.metrics import TokenPerplexity
-from tf_transformer.training.run import PreparedRun, finish
+from tf_transformer.training.preparation import PreparedRun, finish
 
 
 def replica_dataset_fn(stream: tf.data.Dataset):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from configs.run import PRECISIONS, STRATEGIES
+from configs.training import PRECISIONS, STRATEGIES
 
 
 def make_strategy(name: str = "auto") -> tf.distribute.Strategy:

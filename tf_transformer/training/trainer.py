@@ -4,7 +4,7 @@ The model directory holds everything later commands need: ``config.json`` (the
 model config and the run options), ``sp.model`` (the shared vocabulary),
 ``checkpoints/`` (model and optimizer, the last K), ``logs/`` (TensorBoard) and
 ``data_cache/`` (tokenized data). :func:`train` resolves the options for the
-machine, prepares the run (:mod:`~tf_transformer.training.run`) and hands it to
+machine, prepares the run (:mod:`~tf_transformer.training.preparation`) and hands it to
 ``fit`` or, under ``MultiWorkerMirroredStrategy``, to the workers' loop
 (:mod:`~tf_transformer.training.multi_worker`).
 """
@@ -20,7 +20,7 @@ from absl import logging
 
 from configs import RunOptions, TransformerConfig
 from tf_transformer.files import first_line
-from tf_transformer.training import run as training_run
+from tf_transformer.training import preparation
 from tf_transformer.training.callbacks import Preempted
 from tf_transformer.training.cluster import LOST, Cluster, ClusterError
 from tf_transformer.training.multi_worker import train_multi_worker
@@ -43,10 +43,10 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str, budget
     resolved = resolve(options, strategy)
     set_precision(resolved.options.precision)
     if options.strategy != "multi_worker":
-        return _fit(training_run.prepare(config, resolved, model_dir, strategy, budget_start=budget_start))
+        return _fit(preparation.prepare(config, resolved, model_dir, strategy, budget_start=budget_start))
     cluster = Cluster(strategy)
     try:
-        prepared = training_run.prepare(config, resolved, model_dir, strategy, cluster, budget_start)
+        prepared = preparation.prepare(config, resolved, model_dir, strategy, cluster, budget_start)
     except LOST as error:  # building the model, restoring, agreeing on the start
         raise ClusterError(
             f"{cluster.name}: lost contact with the other workers while starting ({first_line(error)}). "
@@ -56,7 +56,7 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str, budget
     return train_multi_worker(prepared)
 
 
-def _fit(prepared: training_run.PreparedRun) -> dict:
+def _fit(prepared: preparation.PreparedRun) -> dict:
     """Trains a prepared run with Keras's ``fit``."""
     model = prepared.model
     done_micro = prepared.done_micro
@@ -100,4 +100,4 @@ def _fit(prepared: training_run.PreparedRun) -> dict:
                 stop.step,
                 stop.checkpoint,
             )
-    return training_run.finish(prepared, time.perf_counter() - start, history, stopped_by)
+    return preparation.finish(prepared, time.perf_counter() - start, history, stopped_by)

@@ -48,7 +48,7 @@ import re
 from nltk import Tree
 
 from configs.decoding import TREE_LINEARIZATIONS
-from configs.run import CLOSINGS as RUN_CLOSINGS
+from configs.training import CLOSINGS as RUN_CLOSINGS
 from tf_transformer.tasks.parsing.treebank import is_preterminal
 
 SCHEMES = TREE_LINEARIZATIONS

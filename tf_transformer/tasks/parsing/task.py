@@ -27,6 +27,7 @@ from configs.decoding import PARSING_DECODING
 from pipelines.sources import text_cache_dir
 from pipelines.text_lines import DataError, read_lines
 from tf_transformer.files import write_bytes
+from tf_transformer.tasks.base import Splits, Task
 from tf_transformer.tasks.parsing import evalb, treebank
 from tf_transformer.tasks.parsing.linearization import (
     CLOSINGS,
@@ -40,7 +41,6 @@ from tf_transformer.tasks.parsing.linearization import (
     symbol_pattern,
 )
 from tf_transformer.tasks.parsing.penn import penn_tokens
-from tf_transformer.tasks.task import Splits, Task
 
 FORMAT_VERSION = 1  # of the text files written from the trees
 

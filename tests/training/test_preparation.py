@@ -11,7 +11,7 @@ import tensorflow as tf
 from configs import get_config
 from tests.corpora import tiny_options
 from tf_transformer import run_dir
-from tf_transformer.training import run as training_run
+from tf_transformer.training import preparation
 from tf_transformer.training.callbacks import DataPosition, StepCheckpoint, StopAtStep
 from tf_transformer.training.options import resolve
 from tf_transformer.training.progress import ProgressLogger
@@ -22,7 +22,7 @@ STRATEGY = tf.distribute.get_strategy()  # the default: one process, one device
 
 def place_of(model_dir, corpus_dir, **changes):
     options = tiny_options(corpus_dir, **changes)
-    return training_run.directory_and_options(get_config("tiny"), resolve(options, STRATEGY), str(model_dir), STRATEGY)
+    return preparation.directory_and_options(get_config("tiny"), resolve(options, STRATEGY), str(model_dir), STRATEGY)
 
 
 def test_directory_and_options_make_the_directory_and_refuse_another_model(tmp_path, corpus_dir):
@@ -39,7 +39,7 @@ def test_directory_and_options_make_the_directory_and_refuse_another_model(tmp_p
 
 def test_vocabulary_and_data_write_the_run_and_count_its_updates(tmp_path, corpus_dir):
     place = place_of(tmp_path / "run", corpus_dir, train_steps=None, epochs=2, accumulate_steps=3)
-    inputs = training_run.vocabulary_and_data(get_config("tiny"), place, replicas=1)
+    inputs = preparation.vocabulary_and_data(get_config("tiny"), place, replicas=1)
     assert inputs.config.vocab_size == inputs.tokenizer.vocab_size == 120
     assert inputs.steps_per_epoch == 4 and inputs.total_micro == 8 and inputs.train_steps == 3  # ceil(8 / 3)
     assert inputs.validation is None and inputs.dev_sources == []
@@ -50,16 +50,16 @@ def test_vocabulary_and_data_write_the_run_and_count_its_updates(tmp_path, corpu
 
 def test_model_and_optimizer_are_built_for_a_checkpoint_to_restore_into():
     config = get_config("tiny", vocab_size=120)
-    model = training_run.model_and_optimizer(config, tiny_options("unused", accumulate_steps=2), STRATEGY)
+    model = preparation.model_and_optimizer(config, tiny_options("unused", accumulate_steps=2), STRATEGY)
     assert model.built and model.optimizer.built and model.optimizer.variables
     assert model.optimizer.iterations.numpy() == 0
 
 
 def test_restore_resumes_the_newest_checkpoint_with_its_data_position(tmp_path, corpus_dir):
     place = place_of(tmp_path / "run", corpus_dir)
-    inputs = training_run.vocabulary_and_data(get_config("tiny"), place, replicas=1)
-    model = training_run.model_and_optimizer(inputs.config, place.options, STRATEGY)
-    state = training_run.restore(model, place)
+    inputs = preparation.vocabulary_and_data(get_config("tiny"), place, replicas=1)
+    model = preparation.model_and_optimizer(inputs.config, place.options, STRATEGY)
+    state = preparation.restore(model, place)
     assert state.manager is state.chief_manager and state.best is None
     assert int(state.position.batches.numpy()) == 0 and state.chief_manager.latest_checkpoint is None
     state.position.batches.assign(7)
@@ -67,8 +67,8 @@ def test_restore_resumes_the_newest_checkpoint_with_its_data_position(tmp_path, 
     weight.assign(weight + 1.0)
     expected = weight.numpy()
     state.manager.save()
-    fresh = training_run.model_and_optimizer(inputs.config, place.options, STRATEGY)
-    resumed = training_run.restore(fresh, place_of(tmp_path / "run", corpus_dir))
+    fresh = preparation.model_and_optimizer(inputs.config, place.options, STRATEGY)
+    resumed = preparation.restore(fresh, place_of(tmp_path / "run", corpus_dir))
     assert int(resumed.position.batches.numpy()) == 7
     assert (fresh.trainable_variables[0].numpy() == expected).all()
 
@@ -76,17 +76,17 @@ def test_restore_resumes_the_newest_checkpoint_with_its_data_position(tmp_path, 
 @pytest.mark.parametrize("verbose", [0, 2])
 def test_callbacks_come_in_the_order_their_work_needs(tmp_path, corpus_dir, verbose):
     place = place_of(tmp_path / "run", corpus_dir, verbose=verbose)
-    inputs = training_run.vocabulary_and_data(get_config("tiny"), place, replicas=1)
-    model = training_run.model_and_optimizer(inputs.config, place.options, STRATEGY)
-    state = training_run.restore(model, place)
-    callbacks = training_run.run_callbacks(place, inputs, model, state)
+    inputs = preparation.vocabulary_and_data(get_config("tiny"), place, replicas=1)
+    model = preparation.model_and_optimizer(inputs.config, place.options, STRATEGY)
+    state = preparation.restore(model, place)
+    callbacks = preparation.run_callbacks(place, inputs, model, state)
     kinds = [type(callback) for callback in callbacks.all]
     assert isinstance(callbacks.all[0], DataPosition)  # first: a checkpoint at a batch's end counts that batch
     assert kinds.index(StepCheckpoint) > kinds.index(type(callbacks.dev_evaluation))  # after the evaluation
     assert StopAtStep in kinds and callbacks.checkpointer in callbacks.all and callbacks.stop_requests in callbacks.all
     assert isinstance(callbacks.all[-1], keras.callbacks.TensorBoard)
     assert (ProgressLogger in kinds) == bool(verbose)
-    prepared = training_run.PreparedRun(place, inputs, STRATEGY, model, state, callbacks)
+    prepared = preparation.PreparedRun(place, inputs, STRATEGY, model, state, callbacks)
     assert prepared.done_micro == 0 and not prepared.finished() and prepared.accumulate == 1
     by_epochs = dataclasses.replace(place, options=dataclasses.replace(place.options, epochs=1, train_steps=None))
     assert dataclasses.replace(prepared, place=by_epochs).by_epochs and not prepared.by_epochs

@@ -41,7 +41,7 @@ class Task:
     decoding: dict = {}  # TransformerConfig fields the task decodes with (beam_size, alpha, max_extra_length)
     tree: str | None = None  # a parser's linearization: its outputs are kept to well-formed trees (DecodeOptions)
     word_tokenizer: str | None = None  # how an export splits raw source text into words (DecodeOptions)
-    tree_loss: str | None = None  # a parser's default loss (configs.run.TREE_LOSSES)
+    tree_loss: str | None = None  # a parser's default loss (configs.training.TREE_LOSSES)
 
     @property
     def target_symbols(self) -> bool:

@@ -1,11 +1,11 @@
-"""pipelines/evaluation.py: sentences batched by length for decoding, outputs back in input order."""
+"""pipelines/decoding_batches.py: sentences batched by length for decoding, outputs back in input order."""
 
-from pipelines import evaluation_dataset, restore_order
+from pipelines import decoding_dataset, restore_order
 
 
 def test_evaluation_batches_restore_the_original_order(tokenizer):
     sources = ["alpha beta gamma delta", "", "omega", " ".join(["zeta"] * 300), "haus baum", "kappa " * 5]
-    batches = list(evaluation_dataset(sources, tokenizer, tokens_per_batch=64, max_batch_size=2))
+    batches = list(decoding_dataset(sources, tokenizer, tokens_per_batch=64, max_batch_size=2))
     lengths = [b["inputs"].shape[1] for b in batches]
     assert lengths == sorted(lengths)
     assert all(b["inputs"].shape[0] <= 2 for b in batches)

@@ -8,7 +8,7 @@ import tensorflow as tf
 from pipelines.vocab import EOS_ID, Tokenizer
 
 
-def evaluation_dataset(
+def decoding_dataset(
     sources: list[str], tokenizer: Tokenizer, tokens_per_batch: int = 8192, max_batch_size: int = 256
 ) -> tf.data.Dataset:
     """Source sentences batched by length for decoding: ``{"index": int64[b], "inputs": int32[b, len]}``.
