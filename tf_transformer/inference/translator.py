@@ -10,9 +10,9 @@ import tensorflow as tf
 
 from configs.decoding import DRAW_SETTINGS, SETTINGS
 from pipelines.vocab import Tokenizer
+from tf_transformer.attention_views.alignment import graph_word_alignment, hypothesis_attention
 from tf_transformer.constants import EOS_ID, PAD_ID
 from tf_transformer.decoding import cache as caching
-from tf_transformer.decoding.alignment import graph_word_alignment, hypothesis_attention
 from tf_transformer.decoding.beam_search import Compaction, beam_search, take_sentences, unknown_sentences
 from tf_transformer.decoding.decode_options import DecodeOptions
 from tf_transformer.decoding.incremental import IncrementalDecoder
@@ -463,7 +463,7 @@ class Translator(tf.Module):
         ``layer``: the decoder layer whose encoder–decoder attention (heads
         averaged) aligns, counting from 0 (negative: from the top). Returns, besides
         ``translations`` and ``scores``, ``alignments: string[batch]`` of
-        source-target word pairs ``"i-j …"`` (:mod:`~tf_transformer.decoding.alignment`),
+        source-target word pairs ``"i-j …"`` (:mod:`~tf_transformer.attention_views.alignment`),
         ``attention: float32[batch, out_len, src_len]`` over the pieces with EOS, and
         ``ids: int32[batch, out_len]``, the translation's pieces that label the
         attention's rows (0-padded; all 0 for an empty input). The attention comes
