@@ -12,8 +12,8 @@ pairs, as is usual for unsupervised aligners. The links both directions agree on
 
 Every decoder layer then aligns each test pair teacher-forced over the
 *reference* translation, so all layers see the same pairs
-(:func:`~tf_transformer.decoding.alignment.hypothesis_attention`, then
-:func:`~tf_transformer.decoding.alignment.word_alignment`: each target word to
+(:func:`~tf_transformer.attention_views.alignment.hypothesis_attention`, then
+:func:`~tf_transformer.attention_views.alignment.word_alignment`: each target word to
 the source word it attends to most, pieces merged into words, EOS left out as the
 export does). Words are SentencePiece words, a "▁" piece starting one, i.e. the
 whitespace-separated tokens of the raw text with punctuation attached; the IBM
@@ -114,9 +114,9 @@ def attention_links(model, processor, sources: list[str], targets: list[str], la
     names ``layer_<k>`` (the export's rule: the rows of the steps that predict a word's pieces)
     and ``layer_<k>_shifted`` (the rows one step later, whose decoder input is the piece).
     """
-    from tf_transformer.attention_maps import word_index
+    from tf_transformer.attention_views.alignment import hypothesis_attention, word_alignment
+    from tf_transformer.attention_views.maps import word_index
     from tf_transformer.constants import EOS_ID, PAD_ID
-    from tf_transformer.decoding.alignment import hypothesis_attention, word_alignment
 
     def encode(line):  # ids without EOS, their pieces, and whether the pieces' words are the whitespace tokens
         ids = processor.encode(line)

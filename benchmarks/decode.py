@@ -6,7 +6,8 @@ Untrained weights, so every run does the same work: EOS is forbidden until a
 fixed output length (``--output_tokens``). Sources are the first ``--sentences``
 lines, tokenized with a SentencePiece model trained on them. Reports sentences/s
 and target tokens/s for cached decoding, and for re-running the decoder over the
-prefix at every step (uncached), on a subset. The last line is one JSON object.
+prefix at every step (uncached: the tests' reference search), on a subset. The
+last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from absl import app, flags
 import pipelines
 from benchmarks.common import machine, source_batches, timed
 from configs import get_config
+from tests.decoding.reference import reference_beam_search
 from tf_transformer import build_transformer
 from tf_transformer.decoding.decode_options import DecodeOptions
 from tf_transformer.inference.translator import Translator
@@ -53,19 +55,11 @@ def main(argv):
     for name in FLAGS.config:
         config = get_config(name, vocab_size=tokenizer.vocab_size)
         model = build_transformer(config)
-        translator = Translator(model, tokenizer, DecodeOptions(beam_size=FLAGS.beam))
-        cached = tf.function(
-            lambda x, t=translator: t.with_options(
-                min_length=FLAGS.output_tokens, max_output_length=FLAGS.output_tokens
-            ).search(x)[0],
-            reduce_retracing=True,
+        translator = Translator(model, tokenizer, DecodeOptions(beam_size=FLAGS.beam)).with_options(
+            min_length=FLAGS.output_tokens, max_output_length=FLAGS.output_tokens
         )
-        uncached = tf.function(
-            lambda x, t=translator: t.with_options(
-                min_length=FLAGS.output_tokens, max_output_length=FLAGS.output_tokens
-            ).search(x, use_cache=False)[0],
-            reduce_retracing=True,
-        )
+        cached = tf.function(lambda x, t=translator: t.search(x)[0], reduce_retracing=True)
+        uncached = tf.function(lambda x, t=translator: reference_beam_search(t, x)[0], reduce_retracing=True)
         seconds = timed(lambda x, f=cached: f(x).numpy(), inputs)
         seconds_uncached = timed(lambda x, f=uncached: f(x).numpy(), few)
         sentences = sum(int(b.shape[0]) for b in inputs)

@@ -22,12 +22,14 @@ RANKS = {
     "pipelines": 1,
     "tf_transformer.masks": 1,
     "tf_transformer.flops": 1,
-    "tf_transformer.attention_figures": 1,  # matplotlib only
+    "tf_transformer.attention_views": 1,  # the package's docstring only; each view has its own rank
+    "tf_transformer.attention_views.figures": 1,  # matplotlib only
     "tf_transformer.layers": 2,
     "tf_transformer.model": 3,
     "tf_transformer.run_dir": 4,
     "tf_transformer.bleu": 4,
-    "tf_transformer.attention_maps": 4,  # a model's weights for one translation: training and inference draw them
+    "tf_transformer.attention_views.maps": 4,  # a model's weights for one translation: training and inference draw them
+    "tf_transformer.attention_views.alignment": 5,  # word alignments by the maps' word rule, in the exported graph too
     "tf_transformer.tasks": 5,  # a task's data, targets, scores and decoding defaults: every later stage asks it
     "tf_transformer.decoding": 6,  # the search engine: what runs inside a decoding graph
     # What an export records, read without loading it (plain Python): drivers and servers read it.
@@ -36,6 +38,7 @@ RANKS = {
     "tf_transformer.inference": 8,  # the drivers: the exported translator, batch translation and scoring
     "tf_transformer.importing": 8,  # models trained elsewhere written as run directories
     "tf_transformer.exporting": 9,  # the artifacts a run becomes: SavedModel, CTranslate2
+    "tf_transformer.attention_views.report": 9,  # what tft-attention draws, from a run (translator) or an export
     "tf_transformer.serving": 10,
     "tf_transformer.cli": 11,
 }

@@ -1,7 +1,9 @@
-"""Greedy decoding without a cache: the plain reference the cached greedy search is tested against.
+"""Searches without a cache: the plain references the cached searches are tested against.
 
-Re-runs the whole decoder over a fixed-size buffer at every step (section 6.1's
-maximum output length: input length + ``max_extra_length``).
+Each re-runs the whole decoder (the model's own ``decode``, teacher-forced over
+the prefix) at every step: :func:`reference_greedy` over a fixed-size buffer
+(section 6.1's maximum output length: input length + ``max_extra_length``),
+:func:`reference_beam_search` inside the same beam search as the translator's.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
+from tf_transformer.decoding.beam_search import beam_search
+from tf_transformer.decoding.request import DecodeRequest
 
 
 def reference_greedy(model, inputs, max_extra_length: int = 50, max_output_length: int | None = None, min_length=2):
@@ -47,3 +51,42 @@ def reference_greedy(model, inputs, max_extra_length: int = 50, max_output_lengt
 
     _, tokens, _ = tf.while_loop(not_done, body, (tf.constant(0), tokens, finished))
     return tokens[:, 1:]
+
+
+def reference_beam_search(translator, inputs):
+    """``translator.search(inputs)`` of one batch with every beam running the whole decoder at every step.
+
+    The same :func:`~tf_transformer.decoding.beam_search.beam_search` and
+    limits as :meth:`~tf_transformer.inference.translator.Translator.search`
+    (the translator's options; no prefix, no tree constraint), but no cache:
+    each step decodes every hypothesis's whole prefix with ``model.decode``.
+    Returns ``(ids int32[batch, beam, out_len], scores float32[batch, beam], steps)``.
+    """
+    model, options = translator.model, translator.options
+    request = DecodeRequest().resolved(options)
+    beam_size = request.beam_size
+    inputs = tf.convert_to_tensor(inputs, tf.int32)
+    batch = tf.shape(inputs)[0]
+    source_lengths = tf.reduce_sum(tf.cast(inputs != PAD_ID, tf.int32), axis=1)  # [batch]
+    max_lengths = options.longest_output(source_lengths, request, None, tf.minimum, tf.maximum)  # [batch]
+    max_length = tf.reduce_max(max_lengths)
+    memory, memory_mask = model.encode(inputs, training=False)  # [batch, src_len, d_model]
+    memory = tf.repeat(memory, beam_size, axis=0)  # [batch * beam, src_len, d_model]
+    memory_mask = tf.repeat(memory_mask, beam_size, axis=0)  # [batch * beam, 1, 1, src_len]
+
+    def step_fn(ids, cache, step):
+        position = tf.one_hot(step, max_length, dtype=tf.int32)[None, :]  # [1, max_len]
+        prefix = cache["prefix"] * (1 - position) + ids[:, None] * position  # [batch * beam, max_len]
+        logits = model.decode(prefix, memory, memory_mask, training=False)  # [batch * beam, max_len, vocab]
+        return tf.nn.log_softmax(logits[:, step], axis=-1), {"prefix": prefix}
+
+    return beam_search(
+        step_fn,
+        {"prefix": tf.zeros([batch * beam_size, max_length], tf.int32)},
+        batch,
+        max_lengths,
+        beam_size=beam_size,
+        alpha=request.alpha,
+        min_length=request.min_length,
+        early_stop=options.early_stop,
+    )

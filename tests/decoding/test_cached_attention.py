@@ -1,9 +1,18 @@
-"""Eq. 1 over the decoding cache's blocks and over transposed memory keys."""
+"""Eq. 1 over the decoding cache's blocks and over transposed memory keys; attention over a cache as the layer's."""
 
 import numpy as np
+import pytest
 
 from tests.layers.test_attention import np_attention
-from tf_transformer.decoding.cached_attention import blocked_attention, transposed_key_attention
+from tf_transformer.decoding import cache as caching
+from tf_transformer.decoding.cached_attention import (
+    attend_with_cache,
+    blocked_attention,
+    project_key_value,
+    transposed_key_attention,
+)
+from tf_transformer.decoding.kernels import attention_kernels
+from tf_transformer.layers.attention import MultiHeadAttention
 
 RNG = np.random.default_rng(2)
 
@@ -33,3 +42,50 @@ def test_transposed_key_attention_equals_attention():
     output = np.asarray(transposed_key_attention(q, np.swapaxes(k, -1, -2), v, mask))
     expected, _ = np_attention(q, k, v, mask)
     np.testing.assert_allclose(output, expected, rtol=1e-5, atol=1e-5)
+
+
+def attention_layer(key_dim=4, value_dim=3):
+    layer = MultiHeadAttention(num_heads=2, key_dim=key_dim, value_dim=value_dim, use_bias=True)
+    layer.build((None, None, 6), (None, None, 6))
+    for weight in layer.weights:  # biases too, so that a missing one shows
+        weight.assign(RNG.normal(size=weight.shape, scale=0.5).astype("float32"))
+    return layer
+
+
+def test_attending_over_a_static_cache_equals_the_layer():
+    """Encoder-decoder attention of each sentence's hypotheses over its memory: the layer's call, row by row."""
+    groups, size, src_len = 2, 3, 5
+    layer = attention_layer()
+    rows = RNG.normal(size=(groups * size, 6)).astype("float32")
+    memory = RNG.normal(size=(groups, src_len, 6)).astype("float32")
+    mask = np.ones((groups, 1, 1, src_len), bool)
+    mask[1, ..., 3:] = False  # the second sentence is shorter
+    expected = np.asarray(layer(rows.reshape(groups, size, 6), memory, attention_mask=mask))  # [groups, size, 6]
+    key, value = project_key_value(layer, memory)
+    cache = {"key": key, "value": value}
+    output, returned = attend_with_cache(layer, rows, cache, attention_kernels(layer, self_attention=False), mask, size)
+    np.testing.assert_allclose(np.asarray(output), expected.reshape(groups * size, 6), rtol=1e-5, atol=1e-5)
+    assert returned is cache  # static: nothing written
+
+
+@pytest.mark.parametrize("key_dim, value_dim", [(4, 4), (4, 3)])
+def test_self_attention_written_step_by_step_equals_the_layers_causal_call(key_dim, value_dim):
+    """Hypotheses that never reorder, past the first block of 8: each step equals the causal call at its position."""
+    groups, size, length = 2, 2, 11
+    layer = attention_layer(key_dim, value_dim)
+    x = RNG.normal(size=(groups * size, length, 6)).astype("float32")  # one sequence per hypothesis
+    causal = np.tril(np.ones((length, length), bool))[None, None]  # [1, 1, len, len]
+    expected = np.asarray(layer(x, x, attention_mask=causal))  # [groups * size, len, 6]
+    blocks = (length + caching.CACHE_BLOCK - 1) // caching.CACHE_BLOCK
+    slots = caching.CACHE_BLOCK * size
+    cache = {
+        "key": caching.new_slots((blocks, groups, 2, slots, key_dim), "float32"),
+        "value": caching.new_slots((blocks, groups, 2, slots, value_dim), "float32"),
+    }
+    history = np.zeros((groups * size, blocks * caching.CACHE_BLOCK), "int32")
+    kernels = attention_kernels(layer, self_attention=True)
+    for step in range(length):
+        history = caching.write_history(history, size, step)
+        where = caching.prefix_step({"layers": [cache]}, history, step, size)
+        output, cache = attend_with_cache(layer, x[:, step], cache, kernels, where.mask, size, where)
+        np.testing.assert_allclose(np.asarray(output), expected[:, step], rtol=1e-5, atol=1e-5)

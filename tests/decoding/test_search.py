@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from configs import get_config
-from tests.decoding.reference import reference_greedy
+from tests.decoding.reference import reference_beam_search, reference_greedy
 from tf_transformer import build_transformer
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.decoding.beam_search import beam_search, length_penalty
@@ -208,7 +208,7 @@ def test_uncached_search_and_forced_length():
     source[:, -1] = EOS_ID
     translator = Translator(model, None, DecodeOptions(beam_size=3, max_extra_length=6))
     cached_ids, cached_scores, _ = translator.search(source)
-    plain_ids, plain_scores, _ = translator.search(source, use_cache=False)
+    plain_ids, plain_scores, _ = reference_beam_search(translator, source)
     np.testing.assert_array_equal(np.asarray(cached_ids), np.asarray(plain_ids))
     np.testing.assert_allclose(np.asarray(cached_scores), np.asarray(plain_scores), atol=1e-4)
     forced, _, steps = translator.with_options(min_length=9, max_output_length=9).search(source)
@@ -318,7 +318,7 @@ def test_cached_beam_search_equals_uncached(beam_size):
         model, tokenizer=None, options=DecodeOptions(beam_size=beam_size, alpha=0.6, max_extra_length=7)
     )
     cached = tf.function(lambda x: translator.search(x)[:2])
-    full_ids, full_scores, _ = translator.search(source, use_cache=False)
+    full_ids, full_scores, _ = reference_beam_search(translator, source)
     for _ in range(2):
         cached_ids, cached_scores = cached(source)
         np.testing.assert_array_equal(np.asarray(cached_ids), np.asarray(full_ids))
@@ -525,7 +525,7 @@ def test_dropping_finished_sentences_in_the_decoder_cache_changes_nothing():
         source[row, :length] = RNG.integers(4, 256, length)
         source[row, length - 1] = EOS_ID
     translator = Translator(model, tokenizer=None, options=DecodeOptions(beam_size=2, alpha=0.6, max_extra_length=7))
-    full_ids, full_scores, _ = translator.search(source, use_cache=False)
+    full_ids, full_scores, _ = reference_beam_search(translator, source)
     cached = tf.function(lambda x: translator.search(x)[:2])
     for _ in range(2):  # in a graph, twice: a shared or reused buffer would show
         ids, scores = cached(source)

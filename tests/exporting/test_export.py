@@ -13,7 +13,7 @@ import tensorflow as tf
 from pipelines import Tokenizer
 from tests.commands import BIN, export_cli
 from tests.corpora import WORDS
-from tf_transformer.attention_maps import attention_maps, hypothesis_length
+from tf_transformer.attention_views.maps import attention_maps, hypothesis_length
 from tf_transformer.constants import EOS_ID
 from tf_transformer.decoding.decode_options import DecodeOptions
 from tf_transformer.exporting.export_info import EXPORT_INFO, SourceLimit, graph_error, read_export_info

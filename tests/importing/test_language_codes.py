@@ -122,7 +122,7 @@ def test_servers_count_a_code_as_one_token_as_the_graph_does(multilingual, tmp_p
     with pytest.raises(tf.errors.InvalidArgumentError, match="maximum source length"):
         translate(inputs=tf.constant([longer]))
 
-    from tf_transformer.inference.attention_report import export_attention
+    from tf_transformer.attention_views.report import export_attention
 
     _, (result,) = export_attention(output, [text])  # tft-attention --model: labels as the graph's tokens
     assert result["source_tokens"][0] == ">>deu<<" and len(result["source_tokens"]) == tokens

@@ -97,7 +97,7 @@ def main(argv):
         raise app.UsageError("--output DIR is required")
     sentences = _sentences()
     heads = _heads()
-    from tf_transformer.inference import attention_report as report
+    from tf_transformer.attention_views import report
 
     # Every sentence is translated and checked (--layer, --token, --heads) before the first figure is drawn,
     # and each sentence's attention.json is written with its figures: a failure leaves no half-drawn sentence.
@@ -113,7 +113,7 @@ def main(argv):
                 for result in results
             ]
         else:
-            from tf_transformer.attention_maps import penultimate
+            from tf_transformer.attention_views.maps import penultimate
             from tf_transformer.run_dir import load_run
 
             config, _ = load_run(FLAGS.model_dir)

@@ -4,7 +4,7 @@ The decoder's cache and its kernels laid out for one row per hypothesis
 (:mod:`.incremental`, :mod:`.cache`, :mod:`.cached_attention`, :mod:`.kernels`,
 :mod:`.packing`), the searches that drive them (beam search, section 6.1;
 greedy search; sampling) with their top-k and length penalty, teacher-forced
-scoring, word alignment from attention, and the two plain values a caller
+scoring, and the two plain values a caller
 decodes with: :class:`DecodeOptions` (fixed for a translator's life, recorded
 by an export) and :class:`DecodeRequest` (what one call changes of them, or
 :class:`Sampling`). Nothing

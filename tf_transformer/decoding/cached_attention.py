@@ -1,14 +1,31 @@
-"""Eq. 1 for groups of hypotheses that share their keys (cached decoding, inference only).
+"""Multi-head attention over a cache: what the search computes where training calls the layer.
 
-A search keeps ``size`` hypotheses (beams) per sentence. Their queries are
-grouped by sentence, and a group attends over keys it shares: the
-encoder-decoder keys of its sentence, stored transposed once per search
-(:func:`transposed_key_attention`), or the decoder's self-attention cache,
-stored in blocks of positions (:func:`blocked_attention`; the blocks are
-described in :mod:`tf_transformer.decoding.cache`). The functions take a
-:class:`~tf_transformer.layers.attention.MultiHeadAttention` and use only its
-documented inference interface (``num_heads``, ``key_dim``, ``value_dim``,
-``key_dense``, ``value_dense``, ``split_heads``).
+:func:`attend_with_cache` is the decoding form of a
+:class:`~tf_transformer.layers.attention.MultiHeadAttention` call, with the
+cache as an argument and the updated cache returned (keras-hub's
+``CachedMultiHeadAttention`` contract): for self-attention it projects the new
+position's query, key and value, writes the key and value into the cache and
+attends over it; for encoder-decoder attention the cache is static (the
+sentence's memory keys and values) and only the query is projected.
+
+Eq. 1's rule (the query's scaling, the float32 masked softmax) is the layer's
+own (:func:`~tf_transformer.layers.attention.scale_query`,
+:func:`~tf_transformer.layers.attention.masked_softmax`); only its two products
+differ here, because the search's keys are laid out differently. A search keeps
+``size`` hypotheses (beams) per sentence, grouped by sentence, and a group
+attends over keys it shares: the encoder-decoder keys of its sentence, stored
+transposed once per search (:func:`transposed_key_attention`), or the
+self-attention cache, stored in blocks of positions (:func:`blocked_attention`;
+:mod:`tf_transformer.decoding.cache`). Passing the cache to the layer's own
+products instead (the blocks joined into one ``[batch, heads, k_len, d]``
+tensor, a copy every step, and memory keys untransposed) decodes slower
+(docs/design/decoding.md, "Measured and not adopted"), so the search keeps
+these products, in this module alone.
+
+The functions use only the layer's documented inference interface
+(``num_heads``, ``key_dim``, ``value_dim``, ``key_dense``, ``value_dense``,
+``split_heads``) and its kernels laid out for decoding
+(:mod:`tf_transformer.decoding.kernels`); no layer knows about decoding.
 """
 
 from __future__ import annotations
@@ -16,8 +33,9 @@ from __future__ import annotations
 import tensorflow as tf
 from keras import ops
 
-from tf_transformer.constants import MASK_VALUE
+from tf_transformer.decoding import cache as caching
 from tf_transformer.decoding.kernels import project
+from tf_transformer.layers.attention import masked_softmax, scale_query
 
 
 def blocked_attention(query, key, value, attention_mask):
@@ -32,17 +50,14 @@ def blocked_attention(query, key, value, attention_mask):
     concatenation, without concatenating the blocks (which would copy them).
     Returns ``[groups, heads, size, d_v]``.
     """
-    d_k = ops.shape(query)[-1]
     blocks, _, heads, slots, _ = ops.shape(key)  # Python ints where static (a view of a cache: blocks is not)
-    query = query * ops.cast(1.0 / ops.sqrt(ops.cast(d_k, "float32")), query.dtype)
+    query = scale_query(query)  # [groups, heads, size, d_k]
     scores = tf.linalg.matmul(query[None], key, transpose_b=True)  # [blocks, groups, heads, size, slots]
     scores = tf.transpose(ops.cast(scores, "float32"), (1, 2, 3, 0, 4))  # [groups, heads, size, blocks, slots]
     size = ops.shape(query)[2]
     scores = tf.reshape(scores, [-1, heads, size, blocks * slots])  # [groups, heads, size, blocks * slots]
-    weights = ops.softmax(ops.where(attention_mask, scores, MASK_VALUE), axis=-1)  # float32 softmax
-    weights = tf.reshape(
-        ops.cast(weights, value.dtype), [-1, heads, size, blocks, slots]
-    )  # [groups, heads, size, blocks, slots]
+    weights = masked_softmax(scores, attention_mask, value.dtype)  # [groups, heads, size, blocks * slots]
+    weights = tf.reshape(weights, [-1, heads, size, blocks, slots])  # [groups, heads, size, blocks, slots]
     output = tf.linalg.matmul(tf.transpose(weights, (3, 0, 1, 2, 4)), value)  # [blocks, groups, heads, size, d_v]
     # Summed in float32 (the casts are no-ops for float32), so that a bfloat16 output is
     # rounded once, as a single product's would be.
@@ -60,12 +75,8 @@ def transposed_key_attention(query, key_t, value, attention_mask):
     faster than a product with a transposed operand for these few-row
     matrices. Returns ``[groups, heads, size, d_v]``.
     """
-    d_k = ops.shape(query)[-1]
-    query = query * ops.cast(1.0 / ops.sqrt(ops.cast(d_k, "float32")), query.dtype)
-    scores = ops.cast(tf.linalg.matmul(query, key_t), "float32")  # [groups, heads, size, k_len]
-    if attention_mask is not None:
-        scores = ops.where(attention_mask, scores, MASK_VALUE)  # float32 softmax, as eq. 1
-    weights = ops.cast(ops.softmax(scores, axis=-1), value.dtype)  # [groups, heads, size, k_len]
+    scores = tf.linalg.matmul(scale_query(query), key_t)  # [groups, heads, size, k_len]
+    weights = masked_softmax(scores, attention_mask, value.dtype)  # [groups, heads, size, k_len]
     return tf.linalg.matmul(weights, value)  # [groups, heads, size, d_v]
 
 
@@ -154,3 +165,51 @@ def attend_to_itself(attention, value_heads, kernels):
     output_dim]``, as :func:`attend` would.
     """
     return project(ungroup_heads(attention, value_heads), kernels["output"])  # [groups * size, output_dim]
+
+
+def attend_with_cache(attention, rows, cache, kernels, attention_mask, size, update=None, first_of=None):
+    """One new position per hypothesis attends over ``cache``: ``(output [groups * size, output_dim], cache)``.
+
+    Args:
+      attention: the :class:`~tf_transformer.layers.attention.MultiHeadAttention`.
+      rows: ``[groups * size, d_model]``, one row per hypothesis, ``size`` per
+        sentence (a Python int), consecutive.
+      cache: ``{"key", "value"}``. With ``update``: the self-attention cache in
+        blocks, ``[blocks, groups, heads, slots, d]``
+        (:func:`~tf_transformer.decoding.cache.empty_cache`), used linearly:
+        only the returned one is valid. Without: a static cache, the memory's
+        transposed keys ``[groups, heads, d_k, k_len]`` and values ``[groups,
+        heads, k_len, d_v]`` (:func:`project_key_value`), returned as given.
+      kernels: the layer's kernels for decoding
+        (:func:`~tf_transformer.decoding.kernels.attention_kernels`): ``input``
+        projects query, key and value (fused) with ``update``, the query alone
+        without; ``output`` is W^O.
+      attention_mask: without ``update``, broadcastable to ``[groups, heads,
+        size, k_len]``; with it, ``[groups, 1, size, blocks read * slots]``
+        (:attr:`~tf_transformer.decoding.cache.CacheStep.mask`).
+      update: the :class:`~tf_transformer.decoding.cache.CacheStep` where the
+        rows' keys and values are written and which blocks are read.
+      first_of: position 0 with one row per sentence standing for all
+        ``first_of`` hypotheses (``size`` is 1): its key and value fill every
+        hypothesis's slot, and the output, which sees position 0 alone (weight
+        1), is the value itself; ``attention_mask`` is unused.
+    """
+    if update is None:
+        query = group_heads(
+            attention, project(rows, kernels["input"]), size, attention.key_dim
+        )  # [groups, heads, size, d_k]
+        return attend(attention, query, cache["key"], cache["value"], kernels, attention_mask), cache
+    projected = project(rows, kernels["input"])  # [groups * size, h·d_k + h·d_k + h·d_v]
+    query, new_key, new_value = split_query_key_value(attention, projected, size)  # [groups, heads, size, d]
+    written = {}
+    for name, new in (("key", new_key), ("value", new_value)):
+        if first_of is not None:  # one row per sentence fills every hypothesis's slot
+            new = ops.repeat(new, first_of, axis=2)  # [groups, heads, first_of, d]
+        written[name] = caching.write_slots(
+            cache[name], ops.cast(new, cache[name].dtype), update.position, update.write_rows
+        )
+    if first_of is not None:
+        return attend_to_itself(attention, new_value, kernels), written  # [groups, output_dim]
+    key = caching.first_blocks(written["key"], update.read_size)  # [blocks, groups, heads, slots, d_k]
+    value = caching.first_blocks(written["value"], update.read_size)  # [blocks, groups, heads, slots, d_v]
+    return attend(attention, query, key, value, kernels, attention_mask), written

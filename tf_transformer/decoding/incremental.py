@@ -13,11 +13,9 @@ about decoding.
 
 from __future__ import annotations
 
-from keras import ops
-
 from tf_transformer.decoding import cache as caching
 from tf_transformer.decoding import cached_attention
-from tf_transformer.decoding.kernels import attention_kernels, feed_forward_kernels, feed_forward_rows, project
+from tf_transformer.decoding.kernels import attention_kernels, feed_forward_kernels, feed_forward_rows
 from tf_transformer.decoding.packing import TokenPacking, encode_tokens
 
 
@@ -143,37 +141,21 @@ def layer_step(layer, x, cache, constants, where: caching.CacheStep, memory_mask
     fill every hypothesis's slot of position 0, and self-attention, which sees
     position 0 alone, is the value itself; ``where.mask`` is unused.
     """
-    attention = layer.self_attention
     size = 1 if first_of is not None else caching.hypotheses_per_sentence(cache["key"])  # rows per sentence
-    self_kernels = constants["self_attention"]
     updated = {}
 
     def self_attend(h):
-        projected = project(h, self_kernels["input"])  # [batch * size, h·d_k + h·d_k + h·d_v]
-        query, new_key, new_value = cached_attention.split_query_key_value(
-            attention, projected, size
-        )  # [batch, heads, size, d]
-        for name, new in (("key", new_key), ("value", new_value)):
-            if first_of is not None:  # one row per sentence fills every hypothesis's slot
-                new = ops.repeat(new, first_of, axis=2)  # [batch, heads, first_of, d]
-            updated[name] = caching.write_slots(
-                cache[name], ops.cast(new, cache[name].dtype), where.position, where.write_rows
-            )
-        if first_of is not None:  # position 0 sees itself alone: its value is the output
-            return cached_attention.attend_to_itself(attention, new_value, self_kernels)  # [batch, d_model]
-        key = caching.first_blocks(updated["key"], where.read_size)  # [blocks, batch, heads, block * size, d_k]
-        value = caching.first_blocks(updated["value"], where.read_size)  # [blocks, batch, heads, block * size, d_v]
-        return cached_attention.attend(attention, query, key, value, self_kernels, where.mask)
+        output, updated["cache"] = cached_attention.attend_with_cache(
+            layer.self_attention, h, cache, constants["self_attention"], where.mask, size, where, first_of
+        )
+        return output  # [batch * size, d_model]
 
     def cross_attend(h):
-        cross = layer.cross_attention
-        kernels = constants["cross_attention"]
-        query = cached_attention.group_heads(
-            cross, project(h, kernels["input"]), size, cross.key_dim
-        )  # [batch, heads, size, d_k]
-        return cached_attention.attend(
-            cross, query, constants["memory_key"], constants["memory_value"], kernels, memory_mask
-        )  # [batch * size, d_model]
+        memory = {"key": constants["memory_key"], "value": constants["memory_value"]}  # static: read only
+        output, _ = cached_attention.attend_with_cache(
+            layer.cross_attention, h, memory, constants["cross_attention"], memory_mask, size
+        )
+        return output  # [batch * size, d_model]
 
     sublayers = (
         (layer.self_attention_residual, self_attend),
@@ -182,4 +164,4 @@ def layer_step(layer, x, cache, constants, where: caching.CacheStep, memory_mask
     )
     for residual, sublayer in sublayers:
         x = residual(x, sublayer=sublayer, training=False)  # [batch * size, d_model]
-    return x, updated
+    return x, updated["cache"]

@@ -10,9 +10,9 @@ import tensorflow as tf
 
 from configs.decoding import DRAW_SETTINGS, SETTINGS
 from pipelines.vocab import Tokenizer
+from tf_transformer.attention_views.alignment import graph_word_alignment, hypothesis_attention
 from tf_transformer.constants import EOS_ID, PAD_ID
 from tf_transformer.decoding import cache as caching
-from tf_transformer.decoding.alignment import graph_word_alignment, hypothesis_attention
 from tf_transformer.decoding.beam_search import Compaction, beam_search, take_sentences, unknown_sentences
 from tf_transformer.decoding.decode_options import DecodeOptions
 from tf_transformer.decoding.incremental import IncrementalDecoder
@@ -87,7 +87,7 @@ class Translator(tf.Module):
         copy.frozen_weights = self.frozen_weights
         return copy
 
-    def search(self, inputs, request: DecodeRequest | None = None, prefix_ids=None, use_cache: bool = True):
+    def search(self, inputs, request: DecodeRequest | None = None, prefix_ids=None):
         """Token ids ``int32[batch, src_len]`` (EOS-terminated, 0-padded) → n-best.
 
         ``request`` (:class:`~tf_transformer.decoding.request.DecodeRequest`): what
@@ -97,15 +97,13 @@ class Translator(tf.Module):
         (0-padded, no EOS): each output starts with its row's prefix
         (:func:`~tf_transformer.decoding.beam_search.beam_search`'s ``forced_ids``),
         and may be one token longer than it whatever the other limits.
-        ``use_cache=False`` re-runs the whole decoder over the prefix at every
-        step (for measuring what the cache saves).
 
         Returns ``(ids int32[batch, beam, out_len], scores float32[batch, beam], steps)``.
         """
         request = (request or DecodeRequest()).resolved(self.options)
         parts = self.options.batch_parts
         if parts == 1:
-            return self._search(inputs, request, prefix_ids, use_cache)
+            return self._search(inputs, request, prefix_ids)
         inputs = tf.convert_to_tensor(inputs, tf.int32)
         batch = tf.shape(inputs)[0]
 
@@ -116,9 +114,7 @@ class Translator(tf.Module):
             return tf.split(tf.concat([rows, filler], axis=0), parts)
 
         prefixes = [None] * parts if prefix_ids is None else split(tf.convert_to_tensor(prefix_ids, tf.int32))
-        results = [
-            self._search(rows, request, prefix, use_cache) for rows, prefix in zip(split(inputs), prefixes, strict=True)
-        ]
+        results = [self._search(rows, request, prefix) for rows, prefix in zip(split(inputs), prefixes, strict=True)]
         length = tf.reduce_max(tf.stack([tf.shape(ids)[2] for ids, _, _ in results]))
         ids = tf.concat(
             [tf.pad(ids, [[0, 0], [0, 0], [0, length - tf.shape(ids)[2]]]) for ids, _, _ in results], axis=0
@@ -127,10 +123,9 @@ class Translator(tf.Module):
         steps = tf.reduce_max(tf.stack([steps for _, _, steps in results]))
         return ids, scores, steps
 
-    def _search(self, inputs, request: DecodeRequest, prefix_ids, use_cache: bool):
+    def _search(self, inputs, request: DecodeRequest, prefix_ids):
         """:meth:`search` of one batch in one loop, with a ``request`` resolved against the options."""
         beam_size = request.beam_size
-        model = self.model
         inputs = tf.convert_to_tensor(inputs, tf.int32)
         batch = tf.shape(inputs)[0]
         source_lengths = tf.reduce_sum(tf.cast(inputs != PAD_ID, tf.int32), axis=1)  # [batch]
@@ -145,60 +140,40 @@ class Translator(tf.Module):
         decoding = self.decoding
         memory, memory_mask = decoding.encode(inputs)  # [batch, src_len, d_model]
 
-        compaction = None
-        if use_cache:
-            # Encoder-decoder keys and values once per sentence, shared by its beams; the decoder's
-            # kernels laid out for one-row-per-hypothesis products. What is per sentence (the memory's
-            # keys and values, its mask, the decoder's cache) is the search's cache, which drops
-            # the sentences whose hypotheses are final.
-            weights = None if self.frozen_weights is None else self.frozen_weights.layers
-            constants = decoding.constants(memory, weights, memory_mask)
-            kernels = [{name: value for name, value in layer.items() if name not in _MEMORY} for layer in constants]
-            cache = {
-                "decoder": decoding.empty_cache(batch, max_length, memory.dtype, beam_size=beam_size),
-                "memory": [{name: layer[name] for name in _MEMORY} for layer in constants],
-                "memory_mask": memory_mask,  # [batch, 1, 1, src_len]
-            }
+        # Encoder-decoder keys and values once per sentence, shared by its beams; the decoder's
+        # kernels laid out for one-row-per-hypothesis products. What is per sentence (the memory's
+        # keys and values, its mask, the decoder's cache) is the search's cache, which drops
+        # the sentences whose hypotheses are final.
+        weights = None if self.frozen_weights is None else self.frozen_weights.layers
+        constants = decoding.constants(memory, weights, memory_mask)
+        kernels = [{name: value for name, value in layer.items() if name not in _MEMORY} for layer in constants]
+        cache = {
+            "decoder": decoding.empty_cache(batch, max_length, memory.dtype, beam_size=beam_size),
+            "memory": [{name: layer[name] for name in _MEMORY} for layer in constants],
+            "memory_mask": memory_mask,  # [batch, 1, 1, src_len]
+        }
 
-            def layer_constants(cache):
-                return [{**own, **memory} for own, memory in zip(kernels, cache["memory"], strict=True)]
+        def layer_constants(cache):
+            return [{**own, **memory} for own, memory in zip(kernels, cache["memory"], strict=True)]
 
-            def step_fn(ids, cache, step):
-                logits, decoder = decoding.step(
-                    ids, cache["decoder"], layer_constants(cache), cache["memory_mask"], step
-                )
-                return tf.nn.log_softmax(logits, axis=-1), {**cache, "decoder": decoder}  # [batch * beam, vocab]
+        def step_fn(ids, cache, step):
+            logits, decoder = decoding.step(ids, cache["decoder"], layer_constants(cache), cache["memory_mask"], step)
+            return tf.nn.log_softmax(logits, axis=-1), {**cache, "decoder": decoder}  # [batch * beam, vocab]
 
-            def first_step_fn(ids, cache):  # step 0 once per sentence, not once per beam
-                logits, decoder = decoding.first_step(
-                    ids, cache["decoder"], layer_constants(cache), cache["memory_mask"]
-                )
-                return tf.nn.log_softmax(logits, axis=-1), {**cache, "decoder": decoder}  # [batch, vocab]
+        def first_step_fn(ids, cache):  # step 0 once per sentence, not once per beam
+            logits, decoder = decoding.first_step(ids, cache["decoder"], layer_constants(cache), cache["memory_mask"])
+            return tf.nn.log_softmax(logits, axis=-1), {**cache, "decoder": decoder}  # [batch, vocab]
 
-            def reorder_cache(cache, beams):
-                return {**cache, "decoder": decoding.reorder_cache(cache["decoder"], beams)}
+        def reorder_cache(cache, beams):
+            return {**cache, "decoder": decoding.reorder_cache(cache["decoder"], beams)}
 
-            def select(cache, keep, step):
-                selected = take_sentences({key: cache[key] for key in _SENTENCE}, keep)
-                return {**selected, "decoder": caching.select_sentences(cache["decoder"], keep, step)}
+        def select(cache, keep, step):
+            selected = take_sentences({key: cache[key] for key in _SENTENCE}, keep)
+            return {**selected, "decoder": caching.select_sentences(cache["decoder"], keep, step)}
 
-            def shapes(cache):
-                relaxed = unknown_sentences({key: cache[key] for key in _SENTENCE})
-                return {**relaxed, "decoder": caching.sentence_shapes(cache["decoder"])}
-
-            compaction = Compaction(select, shapes)
-        else:
-            # Every beam of a sentence runs the full decoder: tile to [batch * beam, ...].
-            memory = tf.repeat(memory, beam_size, axis=0)
-            memory_mask = tf.repeat(memory_mask, beam_size, axis=0)
-            cache = {"prefix": tf.zeros([batch * beam_size, max_length], tf.int32)}  # [batch*beam, max_len]
-            reorder_cache = first_step_fn = None
-
-            def step_fn(ids, cache, step):
-                position = tf.one_hot(step, max_length, dtype=tf.int32)[None, :]  # [1, max_len]
-                prefix = cache["prefix"] * (1 - position) + ids[:, None] * position
-                logits = model.decode(prefix, memory, memory_mask, training=False)  # [batch*beam, max_len, vocab]
-                return tf.nn.log_softmax(logits[:, step], axis=-1), {"prefix": prefix}
+        def shapes(cache):
+            relaxed = unknown_sentences({key: cache[key] for key in _SENTENCE})
+            return {**relaxed, "decoder": caching.sentence_shapes(cache["decoder"])}
 
         return beam_search(
             step_fn,
@@ -212,7 +187,7 @@ class Translator(tf.Module):
             first_step_fn=first_step_fn,
             forced_ids=prefix_ids,
             early_stop=self.options.early_stop,
-            compaction=compaction,
+            compaction=Compaction(select, shapes),
             constraint=self.constraint,
             constraint_inputs=() if self.constraint is None else self.constraint.read_input(inputs),
         )
@@ -463,7 +438,7 @@ class Translator(tf.Module):
         ``layer``: the decoder layer whose encoder–decoder attention (heads
         averaged) aligns, counting from 0 (negative: from the top). Returns, besides
         ``translations`` and ``scores``, ``alignments: string[batch]`` of
-        source-target word pairs ``"i-j …"`` (:mod:`~tf_transformer.decoding.alignment`),
+        source-target word pairs ``"i-j …"`` (:mod:`~tf_transformer.attention_views.alignment`),
         ``attention: float32[batch, out_len, src_len]`` over the pieces with EOS, and
         ``ids: int32[batch, out_len]``, the translation's pieces that label the
         attention's rows (0-padded; all 0 for an empty input). The attention comes

@@ -1,4 +1,11 @@
-"""Scaled dot-product attention (eq. 1) and multi-head attention (section 3.2.2)."""
+"""Scaled dot-product attention (eq. 1) and multi-head attention (section 3.2.2).
+
+Eq. 1's rule is defined here once: :func:`scale_query` and :func:`masked_softmax`.
+:class:`ScaledDotProductAttention` applies it to keys laid out ``[batch, heads,
+k_len, d_k]`` (training, and the attention weights the views read); the search
+applies the same two functions to its cache's layouts
+(:mod:`tf_transformer.decoding.cached_attention`).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,25 @@ import keras
 from keras import ops
 
 from tf_transformer.constants import MASK_VALUE
+
+
+def scale_query(query):
+    """``query`` ``[..., d_k]`` times 1/√d_k in its own dtype: eq. 1's scaling, on the queries (fewer than scores)."""
+    d_k = ops.shape(query)[-1]
+    return query * ops.cast(1.0 / ops.sqrt(ops.cast(d_k, "float32")), query.dtype)
+
+
+def masked_softmax(scores, attention_mask, dtype):
+    """Eq. 1's softmax over the last axis of ``scores`` (keys), computed in float32, returned in ``dtype``.
+
+    float32 keeps it stable under mixed precision; keys where the boolean
+    ``attention_mask`` (broadcastable to ``scores``; ``None``: every key) is
+    ``False`` get exactly zero weight.
+    """
+    scores = ops.cast(scores, "float32")
+    if attention_mask is not None:
+        scores = ops.where(attention_mask, scores, MASK_VALUE)
+    return ops.cast(ops.softmax(scores, axis=-1), dtype)
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -34,15 +60,8 @@ class ScaledDotProductAttention(keras.layers.Layer):
         self.weights_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="weights_dropout")
 
     def call(self, query, key, value, attention_mask=None, training=None):
-        d_k = ops.shape(query)[-1]
-        query = query * ops.cast(1.0 / ops.sqrt(ops.cast(d_k, "float32")), query.dtype)
-        scores = ops.einsum("bhqd,bhkd->bhqk", query, key)  # [batch, heads, q_len, k_len]
-        # Softmax in float32: stable under mixed precision and exact zeros when masked.
-        scores = ops.cast(scores, "float32")
-        if attention_mask is not None:
-            scores = ops.where(attention_mask, scores, MASK_VALUE)  # [batch, heads, q_len, k_len]
-        weights = ops.softmax(scores, axis=-1)  # [batch, heads, q_len, k_len]
-        weights = ops.cast(weights, self.compute_dtype)
+        scores = ops.einsum("bhqd,bhkd->bhqk", scale_query(query), key)  # [batch, heads, q_len, k_len]
+        weights = masked_softmax(scores, attention_mask, self.compute_dtype)  # [batch, heads, q_len, k_len]
         dropped = self.weights_dropout(weights, training=training)
         output = ops.einsum("bhqk,bhkd->bhqd", dropped, value)  # [batch, heads, q_len, d_v]
         return output, weights

@@ -13,8 +13,8 @@ import tensorflow as tf
 from absl import logging
 
 import pipelines
-from tf_transformer.attention_figures import head_grid, png_bytes
-from tf_transformer.attention_maps import AttentionMaps, attention_maps, hypothesis_length, penultimate
+from tf_transformer.attention_views.figures import head_grid, png_bytes
+from tf_transformer.attention_views.maps import AttentionMaps, attention_maps, hypothesis_length, penultimate
 from tf_transformer.constants import EOS_ID
 from tf_transformer.decoding import IncrementalDecoder, greedy_search
 from tf_transformer.decoding.tree_constraint import tree_constraint
@@ -50,7 +50,7 @@ def translate_fn(model, tokenizer, max_extra_length: int = 50, batch_tokens: int
 
 
 def attention_fn(model, tokenizer, max_extra_length: int = 50, tree: str | None = None):
-    """A function from a list of strings to their :class:`~tf_transformer.attention_maps.AttentionMaps`.
+    """A function from a list of strings to their :class:`~tf_transformer.attention_views.maps.AttentionMaps`.
 
     Each sentence is translated greedily, as dev BLEU is, then the model runs
     teacher-forced over its translation and keeps every layer's attention (the
@@ -79,7 +79,7 @@ class DevEvaluation(keras.callbacks.Callback):
     ``task`` scores them (:meth:`~tf_transformer.tasks.Task.score`: sacreBLEU on
     detokenized, cased text; EVALB F1 of repaired trees) and shows them
     (:meth:`~tf_transformer.tasks.Task.postprocess`). ``attention`` maps a list of
-    source strings to their :class:`~tf_transformer.attention_maps.AttentionMaps`
+    source strings to their :class:`~tf_transformer.attention_views.maps.AttentionMaps`
     (:func:`attention_fn`):
     the first ``attention_images`` dev sentences are drawn each epoch, their
     encoder–decoder attention per layer (heads averaged) and the encoder

@@ -2,7 +2,7 @@
 
 The attention of one decoder layer, heads averaged, says which source pieces each
 target piece attended to. Alignments are between words, so pieces are merged
-first as :mod:`tf_transformer.attention_maps` states: a SentencePiece piece that
+first as :mod:`tf_transformer.attention_views.maps` states: a SentencePiece piece that
 starts with "▁" starts a word; on the attended (source) side a word's weight is
 the sum of its pieces' (the attention a word receives), on the attending (target)
 side the mean of its pieces' rows (each piece of the word votes equally). Each target word is then aligned to the source
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from tf_transformer.attention_maps import WORD_START, merge_pieces, word_index
+from tf_transformer.attention_views.maps import WORD_START, merge_pieces, word_index
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
 
 __all__ = [

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from tf_transformer.attention_figures import DPI, LINE_FLOOR, head_grid, png_bytes, token_lines, two_heads
+from tf_transformer.attention_views.figures import DPI, LINE_FLOOR, head_grid, png_bytes, token_lines, two_heads
 
 TOKENS = ["\u2581The", "\u2581law", "\u2581will", "\u2581never", "\u2581be", "\u2581perfect", ".", "</s>"]
 

@@ -23,13 +23,13 @@ import tensorflow as tf
 
 from configs import get_config
 from tf_transformer import build_transformer
-from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
-from tf_transformer.decoding.alignment import (
+from tf_transformer.attention_views.alignment import (
     format_alignment,
     graph_word_alignment,
     hypothesis_attention,
     word_alignment,
 )
+from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.decoding.greedy import greedy_search
 
 FIRST, VOCAB = EOS_ID + 1, EOS_ID + 31  # 30 ordinary ids after the special ones

@@ -2,7 +2,7 @@
 
 From a training run (:func:`run_attention`): beam search translates each sentence,
 a teacher-forced pass over the best hypothesis keeps every layer's weights
-(:func:`~tf_transformer.attention_maps.attention_maps`), and
+(:func:`~tf_transformer.attention_views.maps.attention_maps`), and
 :func:`write_figures` draws them: a grid of heads for every layer of the three
 kinds of attention, and figures 3–5 of the paper (encoder self-attention, one
 layer, one token).
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tf_transformer.attention_figures import head_grid, save_png, token_lines, two_heads
-from tf_transformer.attention_maps import (
+from tf_transformer.attention_views.figures import head_grid, save_png, token_lines, two_heads
+from tf_transformer.attention_views.maps import (
     KINDS,
     SPECIAL,
     AttentionMaps,
@@ -154,7 +154,7 @@ def run_attention(
     """
     import tensorflow as tf
 
-    from tf_transformer.attention_maps import attention_maps
+    from tf_transformer.attention_views.maps import attention_maps
     from tf_transformer.inference.translator import Translator
     from tf_transformer.run_dir import restore_model
     from tf_transformer.tasks import run_tokenizer

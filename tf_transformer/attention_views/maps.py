@@ -13,7 +13,7 @@ the attending (query) side a word's row is the mean of its pieces' rows, each
 piece voting equally. Rows that summed to 1 over pieces still do over words.
 ``<s>`` and ``</s>`` are words of their own; ``<unk>`` is a piece like any
 other (it starts a word only as a sentence's first piece), as in the exported
-graph's rule (:func:`~tf_transformer.decoding.alignment.graph_word_alignment`).
+graph's rule (:func:`~tf_transformer.attention_views.alignment.graph_word_alignment`).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from configs import get_config
 from tf_transformer import build_transformer
-from tf_transformer.attention_maps import attention_maps, merge_pieces, word_index, words_of
+from tf_transformer.attention_views.maps import attention_maps, merge_pieces, word_index, words_of
 from tf_transformer.constants import BOS_ID
 
 

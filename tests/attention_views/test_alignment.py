@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tf_transformer.decoding.alignment import format_alignment, merge_pieces, word_alignment, word_index
+from tf_transformer.attention_views.alignment import format_alignment, merge_pieces, word_alignment, word_index
 
 
 def test_word_index_follows_word_starts():
@@ -49,7 +49,7 @@ def test_hypothesis_attention_is_the_models_teacher_forced_attention():
 
     from configs import get_config
     from tf_transformer import build_transformer
-    from tf_transformer.decoding.alignment import hypothesis_attention
+    from tf_transformer.attention_views.alignment import hypothesis_attention
 
     model = build_transformer(get_config("tiny").replace(vocab_size=50)).build_for_shapes()
     source = tf.constant([[5, 6, 7, 3, 0], [8, 3, 0, 0, 0]])
@@ -69,7 +69,7 @@ def test_the_graph_aligns_as_the_reference(data):
     """graph_word_alignment on a padded batch equals word_alignment row by row (EOS and padding left out)."""
     import tensorflow as tf
 
-    from tf_transformer.decoding.alignment import graph_word_alignment
+    from tf_transformer.attention_views.alignment import graph_word_alignment
 
     rows = data.draw(st.integers(1, 3))
     sentence = st.lists(st.sampled_from(["▁w", "p", "▁v", "q", "<unk>"]), min_size=1, max_size=6)
