@@ -76,6 +76,7 @@ def trained_model(task, seed=7):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["copy", "reverse"])
 def test_a_trained_model_aligns_as_it_copies_or_reverses(task):
     model = trained_model(task)

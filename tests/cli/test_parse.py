@@ -12,6 +12,9 @@ from nltk import Tree
 from tests.commands import run_command
 from tf_transformer.tasks.parsing.treebank import read_trees
 
+# Every test here trains or loads a parser run: tens of seconds each, so all run with the slow tests.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def parser(tiny_parser):
@@ -51,7 +54,6 @@ def test_tft_parse_refuses_a_translation_model(tiny_export):
 
 
 # Two tft-evaluate processes (run and export).
-@pytest.mark.slow
 def test_tft_evaluate_scores_a_parser_with_evalb_f1_the_same_from_the_run_and_its_export(parser, test_set, tmp_path):
     words, gold, _ = test_set
     scores = []

@@ -179,6 +179,7 @@ def test_the_tree_ends_within_the_maximum_length():
         assert all(is_tree_over(h, WORDS_OF, "words") for h in found[0]), found
 
 
+@pytest.mark.slow
 def test_a_tiny_parser_decodes_trees_over_its_words_in_every_path(tiny_parser):
     """Beam search with n-best, greedy (dev F1), sampling, the export's signatures and the server's answers: a
     well-formed tree over exactly the input words, where the same model decoded unconstrained is not."""

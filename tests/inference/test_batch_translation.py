@@ -6,6 +6,7 @@ import pytest
 from tf_transformer.inference.batch_translation import _translate_batches, translate_lines, translate_with_checkpoint
 
 
+@pytest.mark.slow
 def test_workers_translate_as_one_batch_at_a_time(tiny_run, tiny_export):
     """``workers=2``: two batches decoded at once, the same translations in input order (export and checkpoint)."""
     lines = ["zeta", "alpha beta gamma delta", "", "omega sigma", "alpha"]

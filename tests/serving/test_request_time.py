@@ -141,6 +141,7 @@ def test_parse_predict_reads_several_inputs():
         )
 
 
+@pytest.mark.slow
 def test_a_parsers_n_best_are_repaired_into_trees(tiny_parser):
     _, export, _ = tiny_parser
     servable = Servable(str(export), 1)

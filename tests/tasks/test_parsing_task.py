@@ -45,6 +45,7 @@ def test_target_symbols_are_whole_pieces_of_the_shared_vocabulary(tmp_path, text
     assert tokenizer.tokenize(tf.constant([source])).to_list()[0] == processor.encode(source)
 
 
+@pytest.mark.slow
 def test_a_parsing_run_records_its_task_and_scores_dev_f1(tmp_path, text_cache):
     from configs import get_config
     from tf_transformer.run_dir import load_run
@@ -71,6 +72,7 @@ def test_a_parsing_run_records_its_task_and_scores_dev_f1(tmp_path, text_cache):
     assert set(stored["fingerprints"]["corpus"]) == {"words.words", "words.trees"}
 
 
+@pytest.mark.slow
 def test_a_parsing_run_resumes_with_its_text_rewritten_and_refuses_another_linearization(tmp_path, text_cache):
     import shutil
 
@@ -94,6 +96,7 @@ def test_a_parsing_run_resumes_with_its_text_rewritten_and_refuses_another_linea
         )
 
 
+@pytest.mark.slow
 def test_a_parser_trained_over_allowed_tokens_records_it_and_resumes_only_with_it(tmp_path, text_cache):
     from configs import get_config
     from tf_transformer import run_dir
@@ -125,6 +128,7 @@ def test_a_parser_trained_over_allowed_tokens_records_it_and_resumes_only_with_i
         train(config, tiny_options(tmp_path / "mrg", tree_loss="allowed"), str(tmp_path / "translation"))
 
 
+@pytest.mark.slow
 def test_a_parser_with_bare_closings_learns_them_decodes_trees_and_keeps_them_on_resume(tmp_path, text_cache):
     from configs import get_config
     from tf_transformer import run_dir

@@ -77,6 +77,7 @@ def trained(initial_weights, strategy, accumulate=1):
     return model.get_weights(), history.history["loss"][0], updates, gradients
 
 
+@pytest.mark.slow
 def test_replicas_and_micro_batches_make_the_update_of_the_whole_batch(initial_weights):
     if len(tf.config.list_logical_devices("CPU")) < 2:
         pytest.skip("needs two logical CPU devices (set in conftest before TensorFlow starts)")

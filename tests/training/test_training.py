@@ -341,6 +341,7 @@ def tiny_options(train_corpus_dir, **changes):
     )
 
 
+@pytest.mark.slow
 def test_train_writes_a_complete_model_dir_and_tensorboard(tmp_path, train_corpus_dir):
     options = tiny_options(train_corpus_dir, dev_split="val", dev_bleu_sentences=5, log_every=1)
     summary = train(get_config("tiny"), options, str(tmp_path / "run"))

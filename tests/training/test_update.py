@@ -82,6 +82,7 @@ def replayed(initial, updates):
     return [np.array(v) for v in model.trainable_variables]
 
 
+@pytest.mark.slow
 def test_an_overflow_on_one_replica_skips_the_update_on_every_replica():
     strategy = mirrored()
     model = compiled(strategy, "mixed_float16", accumulate=1)
@@ -106,6 +107,7 @@ def test_an_overflow_on_one_replica_skips_the_update_on_every_replica():
             np.testing.assert_allclose(copy, want, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["one_device", "mirrored"])
 def test_every_applied_update_is_one_global_batch_and_an_overflow_drops_its_whole_group(layout):
     strategy = mirrored() if layout == "mirrored" else tf.distribute.OneDeviceStrategy("/cpu:0")
