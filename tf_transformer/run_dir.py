@@ -265,17 +265,18 @@ def _remove_leftovers(directory: str) -> None:
 
 
 def save_run(model_dir: str, config: TransformerConfig, options: dict, corpus=None) -> None:
-    """Writes ``config.json``: :data:`RUN_FORMAT`, the model config, the run options (a dict) and
-    :func:`fingerprints` (``corpus``: one corpus, or a list of the corpora a run mixes)."""
+    """Writes ``config.json``: :func:`run_record` with :func:`fingerprints` (``corpus``: one corpus, or a
+    list of the corpora a run mixes)."""
     save_json(
         os.path.join(model_dir, CONFIG_FILE),
-        {
-            FORMAT_KEY: RUN_FORMAT,
-            "model": config.to_dict(),
-            "run": options,
-            "fingerprints": fingerprints(model_dir, corpus),
-        },
+        run_record(config, options, fingerprints=fingerprints(model_dir, corpus)),
     )
+
+
+def run_record(config: TransformerConfig, options: dict, **extra) -> dict:
+    """What ``config.json`` holds: :data:`RUN_FORMAT`, the model config, the run options (a dict) and
+    ``extra`` (a trained run's ``fingerprints``, an imported one's ``imported``)."""
+    return {FORMAT_KEY: RUN_FORMAT, "model": config.to_dict(), "run": options, **extra}
 
 
 def fingerprints(model_dir: str, corpus: pipelines.ParallelText | Sequence | None = None) -> dict:

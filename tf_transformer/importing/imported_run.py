@@ -18,10 +18,9 @@ import zipfile
 import tensorflow as tf
 
 from tf_transformer.files import replace_directory, save_json, staging_directory, write_bytes, write_failed
-from tf_transformer.formats import FORMAT_KEY
 from tf_transformer.importing import marian, marian_npz
 from tf_transformer.model import build_transformer
-from tf_transformer.run_dir import CONFIG_FILE, RUN_FORMAT, VOCABULARY_FILE, checkpoint_dir
+from tf_transformer.run_dir import CONFIG_FILE, VOCABULARY_FILE, checkpoint_dir, run_record
 
 
 def read_opus_mt(source: str) -> marian.MarianCheckpoint:
@@ -91,8 +90,7 @@ def import_opus_mt(
         write_bytes(os.path.join(staging, "sp.target.model"), target_model)
         run = {"data": None, "task": "translation", "src": None, "tgt": None}
         imported = {"from": os.path.abspath(source), "format": checkpoint.format}
-        stored = {FORMAT_KEY: RUN_FORMAT, "model": config.to_dict(), "run": run, "imported": imported}
-        save_json(os.path.join(staging, CONFIG_FILE), stored)
+        save_json(os.path.join(staging, CONFIG_FILE), run_record(config, run, imported=imported))
         manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), checkpoint_dir(staging), max_to_keep=1)
         manager.save(checkpoint_number=0)
         replace_directory(staging, model_dir)
