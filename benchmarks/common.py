@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 import pipelines
-from tf_transformer.cpu import bfloat16_units, cpu_info
+from tf_transformer.cpu import bfloat16_units, cpu_info, onednn_isa_cap
 
 
 def has_bfloat16_hardware() -> bool:
@@ -28,7 +28,12 @@ def machine() -> str:
     model, flags = cpu_info()
     units = [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f in flags]
     name = " ".join(part for part in (platform.machine(), model) if part)
-    return f"{name}, {os.cpu_count()} cores" + (f" ({' '.join(units)})" if units else "")
+    cap = onednn_isa_cap()
+    return (
+        f"{name}, {os.cpu_count()} cores"
+        + (f" ({' '.join(units)})" if units else "")
+        + (f", ONEDNN_MAX_CPU_ISA={cap}" if cap else "")
+    )
 
 
 def matmul_peak(dtype: str, n: int = 2048, repeats: int = 10) -> float:

@@ -28,6 +28,17 @@ all alike. Two workloads:
   ``--max_output_length``, CTranslate2 with ``min_decoding_length`` =
   ``max_decoding_length``): equal work whatever the model has learned.
 
+**Host classes** (``--isa avx2,avx512_core,avx512_core_bf16,default``): the CPU cannot be
+chosen, so each row caps both libraries' instructions and runs all of the above in a child
+process of its own: ours with oneDNN's ``ONEDNN_MAX_CPU_ISA`` (which also decides what
+``--precision auto`` and the decoding kernels' layout take: :mod:`tf_transformer.cpu`),
+CTranslate2 with ``CT2_FORCE_CPU_ISA`` and MKL's ``MKL_ENABLE_INSTRUCTIONS``. Each row
+records the ISA each library reports it runs (oneDNN's ``ONEDNN_VERBOSE``, CTranslate2's
+``CT2_VERBOSE``); bfloat16 rows only where the ISA has bfloat16 (under ``AVX2`` oneDNN has no
+bfloat16 product and aborts). A cap does not simulate another CPU's clock, caches or memory,
+nor Eigen's kernels, which TensorFlow compiled for its own baseline. Rows above the CPU's
+own ISA are skipped.
+
 The corpora are ``../shared/data`` (multi30k/test_2016_flickr); without them it says so and
 stops. Exports go under ``--work``; the run directory is only read. The last line is one
 JSON object.
@@ -46,6 +57,15 @@ from absl import app, flags
 from benchmarks import skipped_without, start_tensorflow
 
 FLAGS = flags.FLAGS
+
+# --isa rows: (oneDNN's ONEDNN_MAX_CPU_ISA, CTranslate2's CT2_FORCE_CPU_ISA, MKL_ENABLE_INSTRUCTIONS, the CPU flag
+# the row needs). "default" sets nothing: the machine as it is.
+ISAS = {
+    "avx2": ("AVX2", "AVX2", "AVX2", "avx2"),
+    "avx512_core": ("AVX512_CORE", "AVX512", "AVX512", "avx512f"),
+    "avx512_core_bf16": ("AVX512_CORE_BF16", "AVX512", "AVX512", "avx512_bf16"),
+    "default": (None, None, None, None),
+}
 flags.DEFINE_string("model_dir", None, "Run directory (tft-train output); only read.")
 flags.DEFINE_string("checkpoint", None, "Checkpoint prefix (default: the run's newest checkpoint).")
 flags.DEFINE_string("work", "/tmp/ctranslate2_bench", "Where the three exports are written (replaced).")
@@ -64,6 +84,12 @@ flags.DEFINE_enum(
     ["auto", "yes", "no"],
     "Also time a bfloat16 export (auto: where the CPU has a bfloat16 unit; elsewhere it is emulated, slower).",
 )
+flags.DEFINE_list(
+    "isa",
+    [],
+    f"Host classes to simulate, one child process each: {', '.join(ISAS)} (empty: this machine as it is).",
+)
+flags.DEFINE_string("isa_row", None, "Internal: run as the child of one --isa row (its variables already set).")
 flags.DEFINE_bool(
     "greedy_check",
     True,
@@ -76,6 +102,8 @@ def main(argv):
     del argv
     if skipped_without("ctranslate2", (FLAGS.src, FLAGS.ref)):
         return
+    if FLAGS.isa:
+        return isa_matrix(FLAGS.isa)
     tf = start_tensorflow(FLAGS.threads)
     import sentencepiece as spm
 
@@ -223,6 +251,8 @@ def main(argv):
         }
         print(f"fixed length: {results['fixed_length']}", flush=True)
 
+    results["isa"] = {"row": FLAGS.isa_row, "onednn": onednn_isa(), "ctranslate2": ct2_isa(ct2["float32"])}
+    print(f"ISA: {results['isa']}", flush=True)
     results["export_seconds"] = export_seconds
     results["model_bin_megabytes"] = {
         weights: round(os.path.getsize(os.path.join(path, "model.bin")) / 2**20, 1) for weights, path in ct2.items()
@@ -242,6 +272,101 @@ def main(argv):
             }
         )
     )
+
+
+def isa_matrix(rows: list[str]) -> None:
+    """Runs this benchmark once per ``--isa`` row in a child process with the row's variables; prints the matrix."""
+    from tf_transformer.cpu import cpu_info
+
+    unknown = [row for row in rows if row not in ISAS]
+    if unknown:
+        sys.exit(f"--isa {','.join(unknown)}: not a host class; choose from {', '.join(ISAS)}")
+    flags_of_cpu = cpu_info()[1]
+    matrix = {}
+    for row in rows:
+        onednn, ct2, mkl, needs = ISAS[row]
+        if needs and needs not in flags_of_cpu:
+            matrix[row] = {"skipped": f"this CPU has no {needs}"}
+            print(f"--isa {row}: skipped, this CPU has no {needs}", flush=True)
+            continue
+        env = dict(os.environ)
+        variables = {"ONEDNN_MAX_CPU_ISA": onednn, "CT2_FORCE_CPU_ISA": ct2, "MKL_ENABLE_INSTRUCTIONS": mkl}
+        for name, value in variables.items():
+            env.pop(name, None)
+            if value:
+                env[name] = value
+        argv = without_flags(sys.argv[1:], ("isa", "work"))
+        command = [sys.executable, "-m", "benchmarks.ctranslate2", *argv, f"--isa_row={row}"]
+        command += [f"--work={os.path.join(FLAGS.work, row)}"]
+        print(f"--isa {row}: {' '.join(command)}", flush=True)
+        child = subprocess.run(command, env=env, capture_output=True, text=True)
+        lines = child.stdout.strip().splitlines()
+        if child.returncode or not lines:
+            sys.exit(f"--isa {row} failed (exit {child.returncode}):\n{child.stderr[-3000:]}")
+        matrix[row] = json.loads(lines[-1])
+        print(f"--isa {row}: {summary_row(matrix[row])}", flush=True)
+    first = next(row for row in matrix.values() if "skipped" not in row)
+    print(
+        json.dumps(
+            {
+                "benchmark": "ctranslate2_isa_matrix",
+                "rows": {row: result if "skipped" in result else summary_row(result) for row, result in matrix.items()},
+                "results": matrix,
+                "machine": first["machine"].split(", ONEDNN_MAX_CPU_ISA")[0],
+            }
+        )
+    )
+
+
+def without_flags(argv: list[str], names: tuple[str, ...]) -> list[str]:
+    """``argv`` without the flags ``names`` (``--name=value`` or ``--name value``)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        name = arg.lstrip("-").split("=", 1)[0]
+        if arg.startswith("-") and name in names:
+            skip = "=" not in arg
+            continue
+        kept.append(arg)
+    return kept
+
+
+def summary_row(result: dict) -> dict:
+    """One --isa row: each system's test-set sentences per second and ratio to CTranslate2 float32, and BLEU."""
+    test_set = result["test_set"]
+    peer = test_set["ct2_float32"]["sentences_per_second"]
+    return {
+        "isa": result["isa"],
+        **{
+            name: {
+                "sentences_per_second": values["sentences_per_second"],
+                "vs_ct2_float32": round(values["sentences_per_second"] / peer, 3),
+                "bleu": values["bleu"],
+            }
+            for name, values in test_set.items()
+        },
+    }
+
+
+def onednn_isa() -> str | None:
+    """The ISA TensorFlow's oneDNN reports it runs with this process's variables (``ONEDNN_VERBOSE``)."""
+    probe = "import tensorflow as tf; tf.linalg.matmul(tf.ones([64, 64]), tf.ones([64, 64])).numpy()"
+    env = {**os.environ, "ONEDNN_VERBOSE": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    output = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True).stdout
+    found = [line.split("isa:", 1)[1] for line in output.splitlines() if ",isa:" in line]
+    return found[0].strip() if found else None
+
+
+def ct2_isa(model_dir: str) -> str | None:
+    """The ISA CTranslate2 reports it selected with this process's variables (``CT2_VERBOSE``)."""
+    probe = f"import ctranslate2; ctranslate2.Translator({model_dir!r}, device='cpu')"
+    env = {**os.environ, "CT2_VERBOSE": "1"}
+    output = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    text = output.stdout + output.stderr
+    found = [line.split("Selected ISA:", 1)[1] for line in text.splitlines() if "Selected ISA:" in line]
+    return found[0].strip() if found else None
 
 
 def greedy_identical(checkpoint, translator, sentencepiece, sentences, max_extra_length) -> float:

@@ -18,19 +18,20 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from tf_transformer.cpu import cpu_info
+from tf_transformer.cpu import usable_flags
 
 
 def feed_forward_transposed(dtype="float32") -> bool:
     """Whether decoding stores the ``dtype`` feed-forward kernels transposed (see the module docstring).
 
-    ``[in, units]`` only for float32 on CPUs with AVX-512; elsewhere, and where
-    the CPU's flags cannot be read, transposed. An export keeps the layout of
+    ``[in, units]`` only for float32 on CPUs with AVX-512 (within oneDNN's ISA
+    cap, :func:`~tf_transformer.cpu.usable_flags`); elsewhere, and where the
+    CPU's flags cannot be read, transposed. An export keeps the layout of
     the machine that traced it, so export on the kind of CPU that will serve
     it. Either layout gives the same products up to float rounding (oneDNN
     sums in another order).
     """
-    return keras.backend.standardize_dtype(dtype) != "float32" or "avx512f" not in cpu_info()[1]
+    return keras.backend.standardize_dtype(dtype) != "float32" or "avx512f" not in usable_flags()
 
 
 def decoding_kernel(denses: list[keras.layers.Dense], dtype, transpose: bool) -> dict:
