@@ -2,13 +2,16 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests.layers.test_attention import np_attention
 from tf_transformer.decoding import cache as caching
 from tf_transformer.decoding.cached_attention import (
     attend_with_cache,
     blocked_attention,
+    few_row_softmax,
     project_key_value,
+    transpose,
     transposed_key_attention,
 )
 from tf_transformer.decoding.kernels import attention_kernels
@@ -89,3 +92,25 @@ def test_self_attention_written_step_by_step_equals_the_layers_causal_call(key_d
         where = caching.prefix_step({"layers": [cache]}, history, step, size)
         output, cache = attend_with_cache(layer, x[:, step], cache, kernels, where.mask, size, where)
         np.testing.assert_allclose(np.asarray(output), expected[:, step], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "int32"])
+def test_transpose_moves_the_same_bits_as_tf_transpose(dtype):
+    """The search's transpose (Eigen's, on the bits as integers) moves values exactly; NaN and -0.0 included."""
+    values = np.random.default_rng(0).normal(size=(3, 4, 2, 5)).astype("float32")
+    values[0, 0, 0, :2] = [np.nan, -0.0]
+    x = tf.cast(tf.constant(values), dtype)
+    moved = transpose(x, (2, 0, 3, 1))
+    assert moved.dtype == x.dtype
+    expected = tf.transpose(x, (2, 0, 3, 1))
+    bits = tf.int32 if dtype in ("float32", "int32") else tf.int16
+    np.testing.assert_array_equal(tf.bitcast(moved, bits).numpy(), tf.bitcast(expected, bits).numpy())
+
+
+def test_few_row_softmax_is_the_softmax():
+    scores = np.random.default_rng(1).normal(scale=4.0, size=(2, 4, 3, 17)).astype("float32")
+    scores[0, 0, 0, 3:] = -1e9  # masked keys get zero weight, as under the layer's softmax
+    weights = few_row_softmax(tf.constant(scores)).numpy()
+    shifted = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(weights, shifted / shifted.sum(axis=-1, keepdims=True), rtol=2e-6, atol=1e-7)
+    assert (weights[0, 0, 0, 3:] == 0).all()

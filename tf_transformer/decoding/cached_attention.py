@@ -22,6 +22,14 @@ tensor, a copy every step, and memory keys untransposed) decodes slower
 (docs/design/decoding.md, "Measured and not adopted"), so the search keeps
 these products, in this module alone.
 
+A step's attention tensors are a few rows each, where oneDNN's kernels for
+transposes, batched products and softmax cost more to set up than to run
+(TensorFlow rewrites those ops to oneDNN's on CPUs): the search moves axes
+with :func:`transpose` (Eigen's, on the bits), multiplies the memory keys with
+``BatchMatMulV3`` (Eigen's) and normalizes with :func:`few_row_softmax`.
+docs/design/decoding.md gives the measurements. The self-attention products
+over the cache stay oneDNN's, faster at 32 sentences and more.
+
 The functions use only the layer's documented inference interface
 (``num_heads``, ``key_dim``, ``value_dim``, ``key_dense``, ``value_dense``,
 ``split_heads``) and its kernels laid out for decoding
@@ -35,7 +43,27 @@ from keras import ops
 
 from tf_transformer.decoding import cache as caching
 from tf_transformer.decoding.kernels import project
+from tf_transformer.decoding.xla import in_xla
 from tf_transformer.layers.attention import masked_softmax, scale_query
+
+# The integer of each float's width: a transpose moves bits, whatever they mean.
+_SAME_WIDTH = {tf.float32: tf.int32, tf.bfloat16: tf.int16, tf.float16: tf.int16}
+
+
+def transpose(x, perm):
+    """``tf.transpose`` by Eigen's kernel: of the same bits as integers, where TensorFlow's CPU
+    rewrite would run a float transpose through a oneDNN reorder set up per call (several times
+    slower for a step's few-row tensors). The values are moved, never converted."""
+    if in_xla() or x.dtype not in _SAME_WIDTH:
+        return tf.transpose(x, perm)
+    bits = tf.bitcast(x, _SAME_WIDTH[x.dtype])
+    return tf.bitcast(tf.transpose(bits, perm), x.dtype)
+
+
+def few_row_softmax(scores):
+    """softmax(``scores``) over the last axis as exp(log_softmax): TensorFlow's ``LogSoftmax`` and
+    ``Exp`` kernels (Eigen's) where ``Softmax`` is rewritten to oneDNN's, slower on a step's few rows."""
+    return tf.exp(tf.nn.log_softmax(scores, axis=-1))
 
 
 def blocked_attention(query, key, value, attention_mask):
@@ -53,12 +81,14 @@ def blocked_attention(query, key, value, attention_mask):
     blocks, _, heads, slots, _ = ops.shape(key)  # Python ints where static (a view of a cache: blocks is not)
     query = scale_query(query)  # [groups, heads, size, d_k]
     scores = tf.linalg.matmul(query[None], key, transpose_b=True)  # [blocks, groups, heads, size, slots]
-    scores = tf.transpose(ops.cast(scores, "float32"), (1, 2, 3, 0, 4))  # [groups, heads, size, blocks, slots]
+    scores = transpose(ops.cast(scores, "float32"), (1, 2, 3, 0, 4))  # [groups, heads, size, blocks, slots]
     size = ops.shape(query)[2]
     scores = tf.reshape(scores, [-1, heads, size, blocks * slots])  # [groups, heads, size, blocks * slots]
-    weights = masked_softmax(scores, attention_mask, value.dtype)  # [groups, heads, size, blocks * slots]
+    weights = masked_softmax(
+        scores, attention_mask, value.dtype, few_row_softmax
+    )  # [groups, heads, size, blocks * slots]
     weights = tf.reshape(weights, [-1, heads, size, blocks, slots])  # [groups, heads, size, blocks, slots]
-    output = tf.linalg.matmul(tf.transpose(weights, (3, 0, 1, 2, 4)), value)  # [blocks, groups, heads, size, d_v]
+    output = tf.linalg.matmul(transpose(weights, (3, 0, 1, 2, 4)), value)  # [blocks, groups, heads, size, d_v]
     # Summed in float32 (the casts are no-ops for float32), so that a bfloat16 output is
     # rounded once, as a single product's would be.
     return ops.cast(ops.sum(ops.cast(output, "float32"), axis=0), value.dtype)  # [groups, heads, size, d_v]
@@ -73,11 +103,12 @@ def transposed_key_attention(query, key_t, value, attention_mask):
     size, k_len]``. The encoder-decoder keys are the same at every step of a
     search: transposed once, each step's Q Kᵀ is a plain product, which runs
     faster than a product with a transposed operand for these few-row
-    matrices. Returns ``[groups, heads, size, d_v]``.
+    matrices; ``BatchMatMulV3`` (Eigen's kernel, not rewritten to oneDNN's)
+    runs them faster still. Returns ``[groups, heads, size, d_v]``.
     """
-    scores = tf.linalg.matmul(scale_query(query), key_t)  # [groups, heads, size, k_len]
-    weights = masked_softmax(scores, attention_mask, value.dtype)  # [groups, heads, size, k_len]
-    return tf.linalg.matmul(weights, value)  # [groups, heads, size, d_v]
+    scores = tf.raw_ops.BatchMatMulV3(x=scale_query(query), y=key_t, Tout=query.dtype)  # [groups, heads, size, k_len]
+    weights = masked_softmax(scores, attention_mask, value.dtype, few_row_softmax)  # [groups, heads, size, k_len]
+    return tf.raw_ops.BatchMatMulV3(x=weights, y=value, Tout=value.dtype)  # [groups, heads, size, d_v]
 
 
 def project_key_value(attention, memory, tokens=None):
@@ -95,7 +126,7 @@ def project_key_value(attention, memory, tokens=None):
         rows = tokens.take(memory)  # [n, d_model]
         key = tokens.pad(attention.key_dense(rows))  # [batch, len, h·d_k]
         value = tokens.pad(attention.value_dense(rows))  # [batch, len, h·d_v]
-    key = ops.transpose(attention.split_heads(key, attention.key_dim), (0, 1, 3, 2))  # [batch, heads, d_k, len]
+    key = transpose(attention.split_heads(key, attention.key_dim), (0, 1, 3, 2))  # [batch, heads, d_k, len]
     return key, attention.split_heads(value, attention.value_dim)  # value: [batch, heads, len, d_v]
 
 
@@ -106,12 +137,12 @@ def group_heads(attention, x, size, depth):
     keeps the reshape's shape a constant, not ops of every step.
     """
     x = ops.reshape(x, (-1, size, attention.num_heads, depth))  # [groups, size, heads, depth]
-    return ops.transpose(x, (0, 2, 1, 3))  # [groups, heads, size, depth]
+    return transpose(x, (0, 2, 1, 3))  # [groups, heads, size, depth]
 
 
 def ungroup_heads(attention, x):
     """``[groups, heads, size, d_v]`` → ``[groups * size, heads * d_v]`` rows."""
-    x = ops.transpose(x, (0, 2, 1, 3))  # [groups, size, heads, d_v]
+    x = transpose(x, (0, 2, 1, 3))  # [groups, size, heads, d_v]
     return ops.reshape(x, (-1, attention.num_heads * attention.value_dim))  # [groups * size, heads * d_v]
 
 
@@ -127,7 +158,7 @@ def split_query_key_value(attention, projected, size):
     heads, key_dim, value_dim = attention.num_heads, attention.key_dim, attention.value_dim
     if key_dim == value_dim:
         x = ops.reshape(projected, (-1, size, 3, heads, key_dim))  # [groups, size, 3, heads, d]
-        x = ops.transpose(x, (2, 0, 3, 1, 4))  # [3, groups, heads, size, d]
+        x = transpose(x, (2, 0, 3, 1, 4))  # [3, groups, heads, size, d]
         return [x[0], x[1], x[2]]  # slices of the first axis: views (when aligned), not copies
     query, key, value = tf.split(
         projected, [heads * key_dim] * 2 + [heads * value_dim], axis=-1

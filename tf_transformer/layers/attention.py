@@ -21,17 +21,19 @@ def scale_query(query):
     return query * ops.cast(1.0 / ops.sqrt(ops.cast(d_k, "float32")), query.dtype)
 
 
-def masked_softmax(scores, attention_mask, dtype):
+def masked_softmax(scores, attention_mask, dtype, softmax=None):
     """Eq. 1's softmax over the last axis of ``scores`` (keys), computed in float32, returned in ``dtype``.
 
     float32 keeps it stable under mixed precision; keys where the boolean
     ``attention_mask`` (broadcastable to ``scores``; ``None``: every key) is
-    ``False`` get exactly zero weight.
+    ``False`` get exactly zero weight. ``softmax``: another kernel of the same
+    function (decoding's, for few-row scores), by default Keras's.
     """
     scores = ops.cast(scores, "float32")
     if attention_mask is not None:
         scores = ops.where(attention_mask, scores, MASK_VALUE)
-    return ops.cast(ops.softmax(scores, axis=-1), dtype)
+    weights = ops.softmax(scores, axis=-1) if softmax is None else softmax(scores)
+    return ops.cast(weights, dtype)
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
