@@ -1,4 +1,4 @@
-"""The two early-stopping rules of beam search on real test sets: BLEU, identical outputs and speed (a benchmark).
+"""The early-stopping rules of beam search on real test sets: BLEU, identical outputs, speed and steps (a benchmark).
 
     python -m benchmarks.early_stop --model_dir runs/multi30k_en_de \
         --checkpoint runs/multi30k_en_de/averaged/ckpt --work /tmp/early_stop
@@ -8,8 +8,9 @@ The run's checkpoint is exported once per rule of ``configs.decoding.EARLY_STOPS
 out) and translates each ``--sets`` pair (Multi30k's validation set and test2016 by
 default) in file-order batches of ``--batch``, the exports taking turns batch by batch.
 For each set and rule: sacreBLEU, the share of outputs identical to the exact rule's,
-and sentences per second. The corpora are ``../shared/data``; without them it says so and
-stops. The last line is one JSON object.
+sentences per second, and the steps the searches ran against the steps each batch's
+longest best output needed (its length with EOS), from the same search in this process.
+The corpora are ``../shared/data``; without them it says so and stops. The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -51,10 +52,14 @@ def main(argv):
     from tf_transformer.bleu import read_test_set, score
     from tf_transformer.decoding.decode_options import DecodeOptions
     from tf_transformer.exporting.saved_model import export_run
-    from tf_transformer.run_dir import checkpoint_dir, checkpoints
+    from tf_transformer.inference.translator import Translator
+    from tf_transformer.run_dir import checkpoint_dir, checkpoints, restore_model
+    from tf_transformer.tasks import run_tokenizer
 
     checkpoint = FLAGS.checkpoint or checkpoints(checkpoint_dir(FLAGS.model_dir))[-1]
-    translate = {}
+    model, _ = restore_model(FLAGS.model_dir, checkpoint)
+    tokenizer = run_tokenizer(FLAGS.model_dir)
+    translate, steps_of = {}, {}
     for rule in EARLY_STOPS:
         options = DecodeOptions.for_run(FLAGS.model_dir, early_stop=rule, beam_size=FLAGS.beam_size)
         path = os.path.join(FLAGS.work, rule, "1")
@@ -65,6 +70,7 @@ def main(argv):
         translate[rule] = lambda batch, signature=signature: [
             text.decode() for text in signature(inputs=tf.constant(batch))["translations"].numpy()
         ]
+        steps_of[rule] = search_steps(tf, Translator(model, tokenizer, options, freeze_weights=True))
     results = {}
     for src, ref in files:
         sources, references = read_test_set(src, ref)
@@ -82,10 +88,14 @@ def main(argv):
         results[name] = {}
         for rule in translate:
             same = sum(a == b for a, b in zip(outputs[rule], outputs["exact"], strict=True)) / len(sources)
+            run, needed = (sum(pair) for pair in zip(*(steps_of[rule](batch) for batch in batches), strict=True))
             results[name][rule] = {
                 "bleu": score(outputs[rule], references)["bleu"],
                 "identical_to_exact": round(same, 4),
                 "sentences_per_second": round(len(sources) / seconds[rule], 2),
+                "steps_run_per_batch": round(run / len(batches), 2),
+                "steps_needed_per_batch": round(needed / len(batches), 2),
+                "steps_run_per_needed": round(run / needed, 3),
             }
         print(f"{name}: {json.dumps(results[name])}", flush=True)
     print(
@@ -103,6 +113,18 @@ def main(argv):
             }
         )
     )
+
+
+def search_steps(tf, translator):
+    """``batch → (steps the search ran, steps the batch's longest best output needed)`` of ``translator``."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def search(texts):
+        ids, _, steps = translator.search(translator.limit_source(translator.encode_strings(texts)))
+        longest = tf.reduce_max(tf.reduce_sum(tf.cast(ids[:, 0] != 0, tf.int32), axis=1))  # with EOS
+        return steps, longest
+
+    return lambda batch: tuple(int(value) for value in search(tf.constant(batch)))
 
 
 if __name__ == "__main__":

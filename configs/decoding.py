@@ -117,8 +117,10 @@ DRAW_SETTINGS = ("seed", "temperature", "top_k", "top_p")
 # - "finished": once K hypotheses have ended among the K best continuations of their steps
 #   (fairseq's rule, CTranslate2's with a length penalty, Hugging Face's early_stopping=True);
 # - "exact": once no live hypothesis can still beat the K finished ones at any length up to the
-#   maximum (Hugging Face's early_stopping="never"): the K best of every length, at more steps.
-EARLY_STOPS = ("finished", "exact")
+#   maximum (Hugging Face's early_stopping="never"): the K best of every length, at more steps;
+# - "best": once the best continuation of a step ended and the n-best asked have (CTranslate2's
+#   "top beam finished"): the fewest steps.
+EARLY_STOPS = ("finished", "exact", "best")
 
 # Section 6.3's parsing: "a beam size of 21 and α = 0.3", "maximum output length to input length + 300".
 PARSING_DECODING = dict(beam_size=21, alpha=0.3, max_extra_length=300)

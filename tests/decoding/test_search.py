@@ -156,6 +156,32 @@ def test_golden_beam_search_stopping_once_k_finished():
     assert list(greedy[0][:2]) == [4, EOS_ID] and greedy_steps == 2
 
 
+def test_best_rule_stops_once_the_best_continuation_ends(monkeypatch):
+    """CTranslate2's rule: a sentence stops once the best continuation of a step ends (and the n-best asked did).
+
+    After BOS: a 0.6, b 0.3, EOS 0.1; after a: a 0.9, EOS 0.1; after b: EOS 1.0 (as the
+    test below). Step 1's best continuation is "a a" (0.54), live; step 2's is "a a a"
+    (0.486), live; after a, "a" stays best, so the search runs to the maximum length of 4,
+    where "a a a EOS" (0.0486) is below "b EOS" (0.3) ended at step 1. With the table
+    changed so that after "a" EOS is best (0.9), step 1's best is "a EOS" (0.54): the
+    search stops after two steps, where "finished" also waits for a second ended
+    hypothesis among the K best and the exact bound longer. Two n-best need two finished.
+    """
+    monkeypatch.setitem(
+        globals(), "TABLE", {BOS_ID: {4: 0.6, 5: 0.3, EOS_ID: 0.1}, 4: {4: 0.1, EOS_ID: 0.9}, 5: {4: 0.9, EOS_ID: 0.1}}
+    )
+    ids, scores, steps = run_table(beam_size=2, alpha=0.0, max_length=8, early_stop="best")
+    assert steps == 2
+    assert list(ids[0][:2]) == [4, EOS_ID] and scores[0] == pytest.approx(math.log(0.54), rel=1e-5)
+    _, _, finished_steps = run_table(beam_size=2, alpha=0.0, max_length=8, early_stop="finished")
+    assert finished_steps > steps
+    cache = {"calls": tf.zeros([2], tf.int32)}
+    two = beam_search(table_step, cache, 1, tf.constant([8]), beam_size=2, alpha=0.0, early_stop="best", min_finished=2)
+    ids, scores, steps = (np.asarray(x) for x in two)
+    # Step 1 ends "a EOS" (0.54) and "EOS" (0.1) ended at step 0: two finished, two steps.
+    assert int(steps) == 2 and list(ids[0, 1][:1]) == [EOS_ID]
+
+
 def test_finished_rule_counts_only_the_k_best_continuations(monkeypatch):
     """An EOS ranked below the K best continuations joins the finished hypotheses but does not end the search.
 
@@ -547,7 +573,7 @@ def test_dropping_finished_sentences_changes_no_hypothesis():
     max_lengths = tf.constant([12, 12, 9, 12, 12, 12, 10, 12])
     # Sentence 2 forced to start with "a" and end right after: one beam alive, the others fill its n-best.
     prefixes = tf.constant([[0], [0], [4], [0], [0], [0], [0], [0]])
-    cases = [("finished", None, max_lengths), ("exact", None, max_lengths)]
+    cases = [("finished", None, max_lengths), ("exact", None, max_lengths), ("best", None, max_lengths)]
     cases.append(("finished", prefixes, tf.tensor_scatter_nd_update(max_lengths, [[2]], [2])))
     for early_stop, forced_ids, max_lengths in cases:
         outputs, computed = [], []

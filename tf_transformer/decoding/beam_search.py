@@ -160,6 +160,7 @@ class BeamState(NamedTuple):
       finished_scores: ``float32[batch, K]``, their log-probabilities divided by the length penalty.
       finished_flags: ``bool[batch, K]``, whether each finished slot holds a hypothesis.
       ended: ``int32[batch]``, how many hypotheses ended among the K best continuations of their steps.
+      best_ended: ``bool[batch]``, the best continuation of some step ended (CTranslate2's "top beam finished").
       done: ``bool[batch]``, the sentence's search has ended (:func:`sentence_done`): its hypotheses
         are final, and its continuations count as dead.
       cache: the decoder's cache, nested ``[batch * K, ...]`` tensors as ``step_fn`` keeps them.
@@ -174,6 +175,7 @@ class BeamState(NamedTuple):
     finished_scores: Any
     finished_flags: Any
     ended: Any
+    best_ended: Any
     done: Any
     cache: Any
     constraint: Any = ()
@@ -224,13 +226,14 @@ def initial_state(batch, beam_size: int, length, cache, constraint=()) -> BeamSt
         finished_scores=tf.fill([batch, k], NEG_INF),  # [batch, K]
         finished_flags=tf.zeros([batch, k], tf.bool),  # [batch, K]
         ended=tf.zeros([batch], tf.int32),  # [batch]
+        best_ended=tf.zeros([batch], tf.bool),  # [batch]
         done=tf.zeros([batch], tf.bool),  # [batch]
         cache=cache,
         constraint=constraint,
     )
 
 
-def sentence_done(state: BeamState, early_stop: str, max_lengths, best_possible_penalty):
+def sentence_done(state: BeamState, early_stop: str, max_lengths, best_possible_penalty, min_finished=1):
     """``bool[batch]``: whether each sentence's search has ended after step ``state.step - 1``.
 
     Every sentence ends at its ``max_lengths``, and once its K finished hypotheses
@@ -240,8 +243,10 @@ def sentence_done(state: BeamState, early_stop: str, max_lengths, best_possible_
     (``best_possible_penalty`` ``[batch]``, at the sentence's ``max_lengths``).
     With ``early_stop="finished"`` (:data:`EARLY_STOPS`) it also ends once K
     hypotheses ended among the K best continuations of their steps
-    (``state.ended``). Where the bound comes first, going on could not have
-    changed its hypotheses, so it only saves steps. A sentence without a live
+    (``state.ended``); with ``early_stop="best"``, once the best continuation
+    of a step ended and ``min_finished`` hypotheses (the n-best asked) did.
+    Where the bound comes first, going on could not have changed its
+    hypotheses, so it only saves steps. A sentence without a live
     hypothesis (all ended, or a constraint allowed nothing) ends at once.
     """
     k = state.finished_flags.shape[1]
@@ -250,6 +255,9 @@ def sentence_done(state: BeamState, early_stop: str, max_lengths, best_possible_
     settled = tf.logical_and(tf.reduce_all(state.finished_flags, axis=1), worst_finished >= best_live)  # [batch]
     if early_stop == "finished":
         settled = settled | (state.ended >= k)
+    elif early_stop == "best":
+        finished = tf.reduce_sum(tf.cast(state.finished_flags, tf.int32), axis=1)  # [batch]
+        settled = settled | (state.best_ended & (finished >= min_finished))
     hopeless = state.live_log_probs[:, 0] <= NEG_INF / 2  # [batch]: no live hypothesis, nothing can change
     return state.done | settled | hopeless | (state.step >= max_lengths)
 
@@ -300,6 +308,9 @@ def keep_live(
     live_candidates = tf.where(candidates.ended | candidates.dead, NEG_INF, candidates.log_probs)  # [batch, 2K]
     live_log_probs, live_pick = tf.math.top_k(live_candidates, k=beam_size)  # [batch, K]
     live_ids = tf.gather(candidates.ids, live_pick, batch_dims=1)  # [batch, K, length + 1]
+    # A sentence whose search ended keeps its live hypotheses as they were (they may fill its n-best).
+    live_log_probs = tf.where(state.done[:, None], state.live_log_probs, live_log_probs)  # [batch, K]
+    live_ids = tf.where(state.done[:, None, None], state.live_ids, live_ids)  # [batch, K, length + 1]
     source_beam = tf.gather(candidates.beam, live_pick, batch_dims=1)  # [batch, K]
     constrained = state.constraint
     if constraint is not None:
@@ -327,6 +338,7 @@ def keep_finished(state: BeamState, candidates: _Candidates, beam_size: int, alp
         finished_scores=finished_scores,
         finished_flags=tf.gather(all_flags, pick, batch_dims=1),
         ended=state.ended + tf.reduce_sum(tf.cast(ended[:, :beam_size], tf.int32), axis=1),  # the K best only
+        best_ended=state.best_ended | ended[:, 0],
     )
 
 
@@ -342,7 +354,9 @@ def best_hypotheses(state: BeamState, beam_size: int, alpha: float):
     # A dead beam fills a slot as NEG_INF with no tokens: its score and ids must not depend on the
     # step the search stopped at (a sentence that left the loop early stops earlier).
     dead = state.live_log_probs <= NEG_INF / 2  # [batch, K]
-    live_scores = tf.where(dead, NEG_INF, state.live_log_probs / length_penalty(state.step, alpha))  # [batch, K]
+    # Each scored with the penalty of its own length: a sentence's search may have ended before the loop's.
+    lengths = tf.reduce_sum(tf.cast(state.live_ids[:, :, 1:] != PAD_ID, tf.int32), axis=2)  # [batch, K]
+    live_scores = tf.where(dead, NEG_INF, state.live_log_probs / length_penalty(lengths, alpha))  # [batch, K]
     live_ids = tf.where(dead[:, :, None], 0, state.live_ids)  # [batch, K, length + 1]
     all_ids = tf.concat([state.finished_ids, live_ids], axis=1)[:, :, 1:]  # [batch, 2K, length]
     all_scores = tf.concat(
@@ -436,6 +450,7 @@ def beam_search(
     compaction: Compaction | None = None,
     constraint: Constraint | None = None,
     constraint_inputs=(),
+    min_finished=1,
 ):
     """Finds the ``beam_size`` best continuations of BOS for each batch row.
 
@@ -475,6 +490,8 @@ def beam_search(
         every sentence until the last is done; the hypotheses are the same either way.
       constraint: optional :class:`Constraint`: the tokens each hypothesis may write;
         ``constraint_inputs`` (nested ``[batch, ...]``) is what it reads of each sentence.
+      min_finished: with ``early_stop="best"``, the finished hypotheses a sentence needs
+        before it ends (the n-best asked; a scalar, or a scalar tensor).
 
     Returns:
       ``(ids int32[batch, beam, length], scores float32[batch, beam], steps)``:
@@ -512,7 +529,7 @@ def beam_search(
         candidates = expand(state, log_probs, min_length, sentences.max_lengths, length)
         state = keep_finished(keep_live(state, candidates, k, reorder_cache, constraint), candidates, k, alpha)
         state = state._replace(step=state.step + 1)
-        done = sentence_done(state, early_stop, sentences.max_lengths, sentences.best_possible_penalty)
+        done = sentence_done(state, early_stop, sentences.max_lengths, sentences.best_possible_penalty, min_finished)
         return state._replace(done=done)
 
     def body(state: BeamState, sentences: Sentences, results):

@@ -190,6 +190,7 @@ class Translator(tf.Module):
             compaction=Compaction(select, shapes),
             constraint=self.constraint,
             constraint_inputs=() if self.constraint is None else self.constraint.read_input(inputs),
+            min_finished=request.nbest,
         )
 
     def limit_source(self, inputs):
