@@ -12,7 +12,7 @@ interleaved batch by batch with the order rotating, so a shared machine's drift 
 all alike. Two workloads:
 
 - **test set**: ``--src`` in batches of ``--batch``, beam ``--beam_size``, our α; each
-  system's sentences per second and sacreBLEU against ``--ref``. CTranslate2 divides
+  system's sentences per second, median batch latency and sacreBLEU against ``--ref``. CTranslate2 divides
   a hypothesis's log-probability by ``length ** length_penalty`` where we divide by
   GNMT's ``((5 + length) / 6) ** α``; it gets ``length_penalty = α · L / (L + 5)``,
   with L the references' mean length in pieces with EOS (the two penalties then grow
@@ -200,10 +200,11 @@ def main(argv):
         },
         "test_set": {},
     }
-    for name, (per_second, outputs) in test_set.items():
+    for name, (per_second, outputs, p50) in test_set.items():
         scores = score(outputs, references)
         results["test_set"][name] = {
             "sentences_per_second": per_second,
+            "p50_batch_ms": p50,
             "bleu": scores["bleu"],
             "chrf": scores["chrf"],
             "identical_to_ours": round(
@@ -220,7 +221,7 @@ def main(argv):
         results["longest"] = {
             "sentences": len(longest),
             "mean_source_pieces": round(sum(len(sentencepiece.encode(line)) for line in longest) / len(longest), 2),
-            "sentences_per_second": {name: per_second for name, (per_second, _) in timings.items()},
+            "sentences_per_second": {name: per_second for name, (per_second, _, _) in timings.items()},
         }
         print(f"longest sentences: {results['longest']}", flush=True)
 
@@ -247,7 +248,7 @@ def main(argv):
         results["fixed_length"] = {
             "tokens": length,
             "sentences": min(FLAGS.fixed_sentences, len(sources)),
-            "sentences_per_second": {name: per_second for name, (per_second, _) in timings.items()},
+            "sentences_per_second": {name: per_second for name, (per_second, _, _) in timings.items()},
         }
         print(f"fixed length: {results['fixed_length']}", flush=True)
 
@@ -342,6 +343,7 @@ def summary_row(result: dict) -> dict:
         **{
             name: {
                 "sentences_per_second": values["sentences_per_second"],
+                "p50_batch_ms": values["p50_batch_ms"],
                 "vs_ct2_float32": round(values["sentences_per_second"] / peer, 3),
                 "bleu": values["bleu"],
             }
@@ -406,7 +408,7 @@ def tft_export(checkpoint: str, name: str, *flags) -> str:
     output = os.path.join(FLAGS.work, name)
     command = [os.path.join(os.path.dirname(sys.executable), "tft-export"), "--model_dir", FLAGS.model_dir]
     command += ["--output", output, "--checkpoint", checkpoint, "--overwrite", "--noalignment"]
-    command += ["--norequest_signatures", *(str(flag) for flag in flags)]
+    command += ["--norequest_signatures", "--beam_size", str(FLAGS.beam_size), *(str(flag) for flag in flags)]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode:
         sys.exit(f"tft-export failed:\n{result.stderr[-3000:]}")
@@ -421,17 +423,28 @@ def interleaved(systems: dict, sentences: list[str], rounds: int) -> dict:
     batches = [sentences[start : start + FLAGS.batch] for start in range(0, len(sentences), FLAGS.batch)]
     for call in systems.values():
         call(batches[0])
-    seconds = dict.fromkeys(systems, 0.0)
+    seconds = {name: [] for name in systems}
     outputs = {name: [] for name in systems}
     for round_index in range(rounds):
         for i, batch in enumerate(batches):
             for name in rotated(list(systems), i + round_index):
                 start = time.perf_counter()
                 translated = systems[name](batch)
-                seconds[name] += time.perf_counter() - start
+                seconds[name].append(time.perf_counter() - start)
                 if round_index == 0:
                     outputs[name].extend(translated)
-    return {name: (round(len(sentences) * rounds / seconds[name], 2), outputs[name]) for name in systems}
+    return {
+        name: (round(len(sentences) * rounds / sum(seconds[name]), 2), outputs[name], median_ms(seconds[name]))
+        for name in systems
+    }
+
+
+def median_ms(seconds: list[float]) -> float:
+    """The median of ``seconds`` in milliseconds: a batch's p50 latency."""
+    ordered = sorted(seconds)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return round(1000 * median, 2)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ loaded as TF Serving loads it: the session-based loader, control flow lowered to
 ``Switch``/``Merge`` frames, TensorFlow's CPU graph rewrites (oneDNN's ops) applied. For
 each ``--rows`` (the first sentences of ``--src``) it times the batch untraced, then runs it
 once with a full trace (``RunMetadata`` step stats) and counts every op the search loop
-executed (nodes under ``while/``), per loop iteration, by op type and by kind
+executed (nodes named ``…/while/…``), per loop iteration, by op type and by kind
 (:data:`KINDS`). A trace's per-op times include the tracer's own cost, which inflates small
 ops: read them as shares, the untraced time as the cost. The last line is one JSON object.
 """
@@ -78,18 +78,19 @@ def kind_of(op: str) -> str:
 
 
 def loop_profile(step_stats) -> dict:
-    """Op counts and traced microseconds of the search loop's nodes (``while/``), per loop iteration."""
+    """Op counts and traced microseconds of the search loop's nodes (named ``…/while/…``), per loop iteration."""
     count, micros, per_node = collections.Counter(), collections.Counter(), collections.Counter()
     for device in step_stats.dev_stats:
         for node in device.node_stats:
-            if not node.node_name.startswith("while/"):
+            if "/while/" not in f"/{node.node_name}":  # outside the loop (inside a function call or not)
                 continue
             label = node.timeline_label
             op = label.split(" = ", 1)[1].split("(", 1)[0] if " = " in label else node.node_name.rsplit("/", 1)[-1]
             count[op] += 1
             micros[op] += node.all_end_rel_micros
-            per_node[node.node_name] += 1
-    iterations = max(per_node.values(), default=0)  # a body node runs once an iteration
+            if "/while/body/" in f"/{node.node_name}":
+                per_node[node.node_name] += 1
+    iterations = max(per_node.values(), default=0)  # a node of the loop's body runs once an iteration
     if not iterations:
         return {"iterations": 0}
     kinds = collections.defaultdict(lambda: [0, 0])
