@@ -26,9 +26,10 @@ A step's attention tensors are a few rows each, where oneDNN's kernels for
 transposes, batched products and softmax cost more to set up than to run
 (TensorFlow rewrites those ops to oneDNN's on CPUs): the search moves axes
 with :func:`transpose` (Eigen's, on the bits), multiplies the memory keys with
-``BatchMatMulV3`` (Eigen's) and normalizes with :func:`few_row_softmax`.
-docs/design/decoding.md gives the measurements. The self-attention products
-over the cache stay oneDNN's, faster at 32 sentences and more.
+``BatchMatMulV3`` (Eigen's) and normalizes with :func:`few_row_softmax`; the
+self-attention products over the cache are Eigen's for few hypotheses and
+oneDNN's, faster there, for many (:data:`EIGEN_PRODUCT_ROWS`).
+docs/design/decoding.md gives the measurements.
 
 The functions use only the layer's documented inference interface
 (``num_heads``, ``key_dim``, ``value_dim``, ``key_dense``, ``value_dense``,
@@ -66,6 +67,13 @@ def few_row_softmax(scores):
     return tf.exp(tf.nn.log_softmax(scores, axis=-1))
 
 
+# Hypotheses a step computes at or below which the self-attention products over the cache run
+# faster by Eigen's kernel (``BatchMatMulV3``) than by oneDNN's: one sentence of 4 beams decoded
+# 1.13× (float32) and 1.24× (bfloat16) faster; 8 sentences no faster, or slower in bfloat16
+# (docs/design/decoding.md).
+EIGEN_PRODUCT_ROWS = 16
+
+
 def blocked_attention(query, key, value, attention_mask):
     """Eq. 1 over keys and values stored in blocks of positions.
 
@@ -76,11 +84,32 @@ def blocked_attention(query, key, value, attention_mask):
     transpose of ``size × blocks × slots`` scores per head, not of the keys)
     for one float32 softmax across all blocks, as eq. 1 over the blocks'
     concatenation, without concatenating the blocks (which would copy them).
-    Returns ``[groups, heads, size, d_v]``.
+    The products run by Eigen's kernel for at most :data:`EIGEN_PRODUCT_ROWS`
+    query rows, by oneDNN's for more. Returns ``[groups, heads, size, d_v]``.
     """
+    if in_xla():
+        return _blocked_attention(query, key, value, attention_mask, tf.linalg.matmul)
+    rows = ops.shape(query)[0] * ops.shape(query)[2]  # groups * size: a Python int where static
+    if isinstance(rows, int):
+        matmul = _eigen_matmul if rows <= EIGEN_PRODUCT_ROWS else tf.linalg.matmul
+        return _blocked_attention(query, key, value, attention_mask, matmul)
+    return tf.cond(
+        rows <= EIGEN_PRODUCT_ROWS,
+        lambda: _blocked_attention(query, key, value, attention_mask, _eigen_matmul),
+        lambda: _blocked_attention(query, key, value, attention_mask, tf.linalg.matmul),
+    )
+
+
+def _eigen_matmul(x, y, transpose_b=False):
+    """``tf.linalg.matmul`` of batched operands by Eigen's kernel (``BatchMatMulV3``, not rewritten to oneDNN's)."""
+    return tf.raw_ops.BatchMatMulV3(x=x, y=y, adj_y=transpose_b, Tout=x.dtype)
+
+
+def _blocked_attention(query, key, value, attention_mask, matmul):
+    """:func:`blocked_attention` with the products of ``matmul``."""
     blocks, _, heads, slots, _ = ops.shape(key)  # Python ints where static (a view of a cache: blocks is not)
     query = scale_query(query)  # [groups, heads, size, d_k]
-    scores = tf.linalg.matmul(query[None], key, transpose_b=True)  # [blocks, groups, heads, size, slots]
+    scores = matmul(query[None], key, transpose_b=True)  # [blocks, groups, heads, size, slots]
     scores = transpose(ops.cast(scores, "float32"), (1, 2, 3, 0, 4))  # [groups, heads, size, blocks, slots]
     size = ops.shape(query)[2]
     scores = tf.reshape(scores, [-1, heads, size, blocks * slots])  # [groups, heads, size, blocks * slots]
@@ -88,7 +117,7 @@ def blocked_attention(query, key, value, attention_mask):
         scores, attention_mask, value.dtype, few_row_softmax
     )  # [groups, heads, size, blocks * slots]
     weights = tf.reshape(weights, [-1, heads, size, blocks, slots])  # [groups, heads, size, blocks, slots]
-    output = tf.linalg.matmul(transpose(weights, (3, 0, 1, 2, 4)), value)  # [blocks, groups, heads, size, d_v]
+    output = matmul(transpose(weights, (3, 0, 1, 2, 4)), value)  # [blocks, groups, heads, size, d_v]
     # Summed in float32 (the casts are no-ops for float32), so that a bfloat16 output is
     # rounded once, as a single product's would be.
     return ops.cast(ops.sum(ops.cast(output, "float32"), axis=0), value.dtype)  # [groups, heads, size, d_v]
@@ -106,9 +135,9 @@ def transposed_key_attention(query, key_t, value, attention_mask):
     matrices; ``BatchMatMulV3`` (Eigen's kernel, not rewritten to oneDNN's)
     runs them faster still. Returns ``[groups, heads, size, d_v]``.
     """
-    scores = tf.raw_ops.BatchMatMulV3(x=scale_query(query), y=key_t, Tout=query.dtype)  # [groups, heads, size, k_len]
+    scores = _eigen_matmul(scale_query(query), key_t)  # [groups, heads, size, k_len]
     weights = masked_softmax(scores, attention_mask, value.dtype, few_row_softmax)  # [groups, heads, size, k_len]
-    return tf.raw_ops.BatchMatMulV3(x=weights, y=value, Tout=value.dtype)  # [groups, heads, size, d_v]
+    return _eigen_matmul(weights, value)  # [groups, heads, size, d_v]
 
 
 def project_key_value(attention, memory, tokens=None):
