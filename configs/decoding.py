@@ -118,7 +118,7 @@ DRAW_SETTINGS = ("seed", "temperature", "top_k", "top_p")
 #   (fairseq's rule, CTranslate2's with a length penalty, Hugging Face's early_stopping=True);
 # - "exact": once no live hypothesis can still beat the K finished ones at any length up to the
 #   maximum (Hugging Face's early_stopping="never"): the K best of every length, at more steps;
-# - "best": once the best continuation of a step ended and the n-best asked have (CTranslate2's
+# - "best": once the best continuation of a step ended and the n-best asked have (OpenNMT-py's
 #   "top beam finished"): the fewest steps.
 EARLY_STOPS = ("finished", "exact", "best")
 

@@ -157,7 +157,7 @@ def test_golden_beam_search_stopping_once_k_finished():
 
 
 def test_best_rule_stops_once_the_best_continuation_ends(monkeypatch):
-    """CTranslate2's rule: a sentence stops once the best continuation of a step ends (and the n-best asked did).
+    """OpenNMT-py's rule: a sentence stops once the best continuation of a step ends (and the n-best asked did).
 
     After BOS: a 0.6, b 0.3, EOS 0.1; after a: a 0.9, EOS 0.1; after b: EOS 1.0 (as the
     test below). Step 1's best continuation is "a a" (0.54), live; step 2's is "a a a"

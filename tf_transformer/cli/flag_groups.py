@@ -123,7 +123,7 @@ def define_early_stop_flag(note: str = "") -> None:
         "When a sentence's beam search ends before its longest output. finished (the default): once beam_size "
         "hypotheses have ended among the beam_size best continuations of their steps, as fairseq and CTranslate2 "
         "stop; exact: once no live hypothesis can beat the finished ones at any length (more steps); best: once "
-        "the best continuation of a step ended, as CTranslate2 stops (fewest steps; "
+        "the best continuation of a step ended, as OpenNMT-py stops (fewest steps; "
         "docs/inference.md#when-a-search-stops). Not tft-train's --early_stopping, which stops training." + note,
     )
 

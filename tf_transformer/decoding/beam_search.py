@@ -160,7 +160,7 @@ class BeamState(NamedTuple):
       finished_scores: ``float32[batch, K]``, their log-probabilities divided by the length penalty.
       finished_flags: ``bool[batch, K]``, whether each finished slot holds a hypothesis.
       ended: ``int32[batch]``, how many hypotheses ended among the K best continuations of their steps.
-      best_ended: ``bool[batch]``, the best continuation of some step ended (CTranslate2's "top beam finished").
+      best_ended: ``bool[batch]``, the best continuation of some step ended (OpenNMT-py's "top beam finished").
       done: ``bool[batch]``, the sentence's search has ended (:func:`sentence_done`): its hypotheses
         are final, and its continuations count as dead.
       cache: the decoder's cache, nested ``[batch * K, ...]`` tensors as ``step_fn`` keeps them.
