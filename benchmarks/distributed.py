@@ -100,7 +100,7 @@ def _tokens(model_dir: str, first: int, last: int) -> int:
     data = pipelines.training_dataset(
         corpus,
         tokenizer,
-        tokens_per_batch=FLAGS.tokens_per_batch,
+        tokens_per_batch=config.tokens_per_batch,  # the run's, as config.json records them
         max_train_length=config.max_train_length,
         seed=1,
         deterministic=True,

@@ -84,7 +84,9 @@ def main(argv):
     if not os.path.isdir(FLAGS.data):
         raise SystemExit(f"{FLAGS.data} not found: see ../shared/data/README.md")
     overrides = parse_overrides(FLAGS.set)
-    config = get_config(FLAGS.config, **overrides)
+    given = {name: FLAGS[name].value for name in ("tokens_per_batch", "vocab_size") if FLAGS[name].value is not None}
+    # Without --train_steps, a million updates: the time budget ends the run.
+    config = get_config(FLAGS.config, **{"train_steps": FLAGS.train_steps or 1_000_000, **overrides, **given})
     config = config.replace(**{k: v for k, v in get_task("parsing").decoding.items() if k not in overrides})
     start = time.perf_counter()
     options = RunOptions(
@@ -95,13 +97,10 @@ def main(argv):
         closings=FLAGS.closings,
         train_split=FLAGS.train_files,
         dev_split=FLAGS.tune_files,
-        train_steps=FLAGS.train_steps or 1_000_000,
         max_minutes=FLAGS.minutes - 0.5,  # the last epoch's validation and checkpoint fit in the rest
         checkpoint_every=FLAGS.checkpoint_every,
         keep_checkpoints=max(int(n) for n in FLAGS.average),
-        tokens_per_batch=FLAGS.tokens_per_batch,
         precision=FLAGS.precision,
-        vocab_size=FLAGS.vocab_size,
         dev_bleu_sentences=50,  # tune F1 each epoch on the first 50 tune trees, by greedy search
         attention_images=2,
         seed=FLAGS.seed,
@@ -159,7 +158,7 @@ def main(argv):
                 "overrides": FLAGS.set,
                 "linearization": linearization,
                 **{name: trained[name] for name in ("tree_loss", "closings")},  # as the run recorded them
-                "vocab_size": FLAGS.vocab_size or config.vocab_size,
+                "vocab_size": config.vocab_size,  # asked: the vocabulary may have fewer pieces
                 "beam_size": config.beam_size,
                 "alpha": config.alpha,
                 "train_precision": summary["precision"],

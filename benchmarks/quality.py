@@ -63,7 +63,9 @@ def main(argv):
             path = os.path.join(FLAGS.data, f"{split}.{lang}")
             if not os.path.exists(path):
                 raise SystemExit(f"{path} not found: see ../shared/data/README.md")
-    config = get_config(FLAGS.config, **parse_overrides(FLAGS.set))
+    given = {name: FLAGS[name].value for name in ("tokens_per_batch", "vocab_size") if FLAGS[name].value is not None}
+    # A million updates: the time budget ends the run.
+    config = get_config(FLAGS.config, **{"train_steps": 1_000_000, **parse_overrides(FLAGS.set), **given})
     # The budget covers everything before the first step too (vocabulary, data
     # cache, graph tracing): the fit-time limit is what is left of it.
     start = time.perf_counter()
@@ -72,13 +74,10 @@ def main(argv):
         src=FLAGS.src,
         tgt=FLAGS.tgt,
         dev_split=FLAGS.dev,
-        train_steps=1_000_000,
         max_minutes=FLAGS.minutes - 0.5,  # the last epoch's validation and checkpoint fit in the rest
         checkpoint_every=FLAGS.checkpoint_every,
         keep_checkpoints=max(int(n) for n in FLAGS.average),
-        tokens_per_batch=FLAGS.tokens_per_batch,
         precision=FLAGS.precision,
-        vocab_size=FLAGS.vocab_size,
         dev_bleu_sentences=100,
         seed=FLAGS.seed,
         schedule=FLAGS.schedule,
@@ -133,8 +132,8 @@ def main(argv):
         "train_tokens_per_second": round(tokens_per_second),
         "config": config.name,
         "overrides": FLAGS.set,
-        "tokens_per_batch": FLAGS.tokens_per_batch or config.tokens_per_batch,
-        "vocab_size": FLAGS.vocab_size or config.vocab_size,
+        "tokens_per_batch": config.tokens_per_batch,
+        "vocab_size": config.vocab_size,
         "precision": summary["precision"],
         "machine": machine(),
         "tensorflow": tf.__version__,

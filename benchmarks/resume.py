@@ -49,8 +49,9 @@ def first_batch_seconds(build, start: int, new: bool) -> tuple[float, tuple]:
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)
-    config = get_config(FLAGS.config)
-    tokens, max_length = FLAGS.tokens_per_batch or config.tokens_per_batch, config.max_train_length
+    given = {"tokens_per_batch": FLAGS.tokens_per_batch} if FLAGS.tokens_per_batch else {}
+    config = get_config(FLAGS.config, **given)
+    tokens, max_length = config.tokens_per_batch, config.max_train_length
     corpus = find_split(FLAGS.data, FLAGS.split, FLAGS.src, FLAGS.tgt)
     with tempfile.TemporaryDirectory() as work:
         model = train_sentencepiece(corpus.pairs(), os.path.join(work, "sp.model"), vocab_size=config.vocab_size)

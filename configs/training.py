@@ -1,4 +1,10 @@
-"""How to train: the run options of ``tft-train`` (the model itself is a :class:`~configs.TransformerConfig`)."""
+"""How and where a run trains: the run options of ``tft-train``.
+
+A :class:`RunOptions` says what to train on (data, task, splits), on what (strategy, precision, XLA),
+with which checkpoints, logs and stops, and ``epochs`` where an epoch count, not ``train_steps``, sets the
+run's length. The model and the training recipe's numbers, ``train_steps``, ``tokens_per_batch``,
+``max_train_length`` and ``vocab_size`` among them, are a :class:`~configs.TransformerConfig`'s.
+"""
 
 from __future__ import annotations
 
@@ -18,12 +24,11 @@ SCHEDULES = ("paper", "budget")
 
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
-    """How to train (the model itself is a :class:`configs.TransformerConfig`).
+    """How and where to train (the model and the recipe's numbers are a :class:`configs.TransformerConfig`).
 
-    ``train_steps`` counts optimizer updates; ``steps_per_epoch`` counts
-    micro-batches (one data pass by default). ``tokens_per_batch`` is the global
-    budget per side and ``max_train_length`` the longest pair side kept; ``None``
-    takes the preset's. ``data`` is one corpus, or a tuple of several mixed by
+    ``epochs``, where given, sets the run's length instead of the config's
+    ``train_steps``; ``steps_per_epoch`` counts micro-batches (one data pass by
+    default). ``data`` is one corpus, or a tuple of several mixed by
     ``data_weights`` (:mod:`pipelines.mixing`; ``None``: in proportion to their
     sizes). ``keep_best_by`` keeps the checkpoint of the best dev evaluation and
     ``early_stopping`` stops after that many evaluations without a better one
@@ -42,18 +47,14 @@ class RunOptions:
     train_split: str = "train"
     dev_split: str | None = "val"
     epochs: int | None = None
-    train_steps: int | None = None
     steps_per_epoch: int | None = None
     checkpoint_every: int | None = 1000
     keep_checkpoints: int = 10
-    tokens_per_batch: int | None = None
-    max_train_length: int | None = None
     precision: str = "auto"
     strategy: str = "auto"
     jit_compile: bool | None = None
     accumulate_steps: int = 1
     seed: int = 1
-    vocab_size: int | None = None
     vocab_model_type: str = "bpe"
     dev_bleu_sentences: int = 100
     attention_images: int = 3  # of the dev BLEU sentences: their attention drawn in TensorBoard each epoch

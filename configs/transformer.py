@@ -1,4 +1,12 @@
-"""One frozen configuration dataclass and the named presets.
+"""One frozen configuration dataclass and the named presets: what the model is and the numbers of its
+training recipe.
+
+A :class:`TransformerConfig` holds the model, the training recipe's numbers (label smoothing, warmup,
+the run's length ``train_steps``, its batches' ``tokens_per_batch`` and ``max_train_length``, and the
+``vocab_size`` asked of a new vocabulary) and the decoding defaults. How and where a run trains (its data,
+strategy, precision, checkpoints, ``epochs`` instead of ``train_steps``) is a
+:class:`configs.training.RunOptions`. ``tft-train``'s ``--train_steps``, ``--tokens_per_batch``,
+``--max_train_length`` and ``--vocab_size`` set these config fields, as ``--set`` does.
 
 The presets follow the paper (Vaswani et al., 2017): ``base`` and ``big`` are the
 bottom and top rows of Table 3, and ``A1`` … ``E`` are the Table 3 variations,
@@ -21,6 +29,10 @@ from configs.decoding import PARSING_DECODING, SETTINGS
 
 # The FFN activations (Keras names): the paper's ReLU, and the swish and GELU of other implementations.
 ACTIVATIONS = ("relu", "swish", "gelu")
+# The training-recipe fields that say how long a run trains and on which batches. ``config.json``'s model
+# records them as the run used them; a resumed run compares them as run options, by their flags' names
+# (tf_transformer.training.options.effective), and may change ``train_steps`` only.
+RUN_SETTINGS = ("train_steps", "tokens_per_batch", "max_train_length")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +60,8 @@ class TransformerConfig:
       layer_norm_epsilon: epsilon of every LayerNormalization.
       attention_bias: biases in the attention projections. The paper's W^Q,
         W^K, W^V, W^O have none (section 3.2.2); the FFN keeps its b1, b2.
-      vocab_size: the shared source/target vocabulary size (section 5.1).
+      vocab_size: the shared source/target vocabulary size (section 5.1): the size asked of a new
+        vocabulary, then the size of the vocabulary made (SentencePiece may give fewer pieces).
       shared_embeddings: one matrix for source and target embeddings and the
         pre-softmax projection (section 3.4). ``False`` gives the source its own
         embedding (of ``source_vocab_size``) while the target embedding stays
@@ -70,11 +83,11 @@ class TransformerConfig:
 
     Training (section 5):
       label_smoothing: ε_ls.
-      train_steps: optimizer steps of a full run.
+      train_steps: optimizer steps of a full run (unless ``RunOptions.epochs`` says how long instead).
       warmup_steps: warmup of the learning-rate schedule (eq. 3).
       learning_rate_scale: multiplies eq. 3 (1.0 in the paper).
       tokens_per_batch: source (and target) tokens per global batch (5.1).
-      max_train_length: training length filter, in subwords, per side.
+      max_train_length: training length filter, in subwords, per side (EOS included).
 
     Inference (section 6.1):
       beam_size, alpha (the length penalty α), max_extra_length (longest output =
@@ -123,7 +136,7 @@ class TransformerConfig:
         def fail(field, why):
             raise ValueError(f"TransformerConfig({self.name!r}).{field}: {why}")
 
-        for field in ("num_layers", "d_model", "d_ff", "num_heads", "vocab_size", "max_positions"):
+        for field in ("num_layers", "d_model", "d_ff", "num_heads", "vocab_size", "max_positions", *RUN_SETTINGS):
             if getattr(self, field) <= 0:
                 fail(field, f"must be positive, got {getattr(self, field)}")
         for field in ("encoder_layers", "decoder_layers"):

@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tests.commands import export_cli  # noqa: E402
-from tests.corpora import tiny_options, write_corpus, write_treebank  # noqa: E402
+from tests.corpora import tiny_config, tiny_options, write_corpus, write_treebank  # noqa: E402
 
 # Two logical CPU devices let the tests exercise MirroredStrategy without a GPU.
 # Must run before TensorFlow initializes its devices.
@@ -80,11 +80,10 @@ def tiny_run(tmp_path_factory):
     """A run directory of the ``tiny`` preset trained for 4 steps (vocabulary of 120 pieces)."""
 
     def build(root):
-        from configs import get_config
         from tf_transformer.training.trainer import train
 
         write_corpus(root / "corpus", n=300)
-        train(get_config("tiny"), tiny_options(root / "corpus"), str(root / "run"))
+        train(tiny_config(), tiny_options(root / "corpus"), str(root / "run"))
 
     return built_once(tmp_path_factory, "tiny_run", build) / "run"
 
@@ -108,7 +107,6 @@ def tiny_parser(tmp_path_factory):
     (``--linearization xx``) on a synthetic treebank of three files (it trains on the first two)."""
 
     def build(root):
-        from configs import get_config
         from tf_transformer.training.trainer import train
 
         write_treebank(root / "mrg", files=3, trees=30)
@@ -117,7 +115,7 @@ def tiny_parser(tmp_path_factory):
         )
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("TFT_TEXT_CACHE", str(root / "text_cache"))  # the split as text, not in the user's cache
-            train(get_config("tiny", beam_size=3, alpha=0.3, max_extra_length=10), options, str(root / "run"))
+            train(tiny_config(beam_size=3, alpha=0.3, max_extra_length=10), options, str(root / "run"))
         export_cli(root / "run", root / "export" / "1")
 
     root = built_once(tmp_path_factory, "parser", build)

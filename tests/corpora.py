@@ -26,19 +26,24 @@ def write_corpus(directory, n=300, seed=0, extra=(), split="train"):
     return src, tgt
 
 
+def tiny_config(**changes):
+    """The ``tiny`` preset for a few steps on a synthetic corpus: 4 updates of 512-token batches, pairs of up
+    to 64 subwords, a vocabulary of 120 pieces asked; ``changes`` as ``--set`` would."""
+    from configs import get_config
+
+    settings = dict(train_steps=4, tokens_per_batch=512, max_train_length=64, vocab_size=120)
+    return get_config("tiny", **{**settings, **changes})
+
+
 def tiny_options(data, **changes):
-    """Run options for a few steps of the ``tiny`` preset on a synthetic corpus (vocabulary of 120 pieces)."""
+    """Run options for :func:`tiny_config` on a synthetic corpus: one epoch of 4 micro-batches, no dev set."""
     from configs import RunOptions
 
     values = dict(
         data=str(data),
         dev_split=None,
-        train_steps=4,
         steps_per_epoch=4,
         checkpoint_every=0,
-        tokens_per_batch=512,
-        max_train_length=64,
-        vocab_size=120,
         precision="float32",  # not auto: the same arithmetic on every test machine
         dev_bleu_sentences=0,
         verbose=0,

@@ -49,6 +49,8 @@ def test_configs_are_frozen_and_round_trip_json():
         ("base", {"dropout": 1.5}, "dropout"),
         ("base", {"position": "rotary"}, "position"),
         ("base", {"num_layers": 0}, "num_layers"),
+        ("tiny", {"train_steps": 0}, "train_steps"),  # the run settings are config fields (--set, or their flags)
+        ("tiny", {"tokens_per_batch": -1}, "tokens_per_batch"),
     ],
 )
 def test_bad_values_name_the_field(name, overrides, field):

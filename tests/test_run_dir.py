@@ -109,6 +109,7 @@ def test_a_run_directory_through_tf_io_gfile(corpus_dir, tmp_path, monkeypatch):
     stored, run = load_run(model_dir)
     assert stored.vocab_size == tokenizer.vocab_size and run == {"seed": 3}
     check_model_dir(model_dir, config)  # the same model config: accepted
+    check_model_dir(model_dir, config.replace(train_steps=9))  # a run setting: compared as a run option
     with pytest.raises(ValueError, match="different model config"):
         check_model_dir(model_dir, config.replace(d_ff=128))
 
@@ -126,14 +127,13 @@ def test_a_run_directory_through_tf_io_gfile(corpus_dir, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_training_writes_and_resumes_a_run_through_tf_io_gfile(corpus_dir, tmp_path, monkeypatch):
-    from configs import get_config
-    from tests.corpora import tiny_options
+    from tests.corpora import tiny_config, tiny_options
     from tf_transformer.training.trainer import train
 
     monkeypatch.setenv("TFT_DATA_CACHE", str(tmp_path / "cache"))
     model_dir = f"ram://{tmp_path.name}/run"
-    train(get_config("tiny"), tiny_options(corpus_dir, train_steps=2, checkpoint_every=1), model_dir)
-    summary = train(get_config("tiny"), tiny_options(corpus_dir, train_steps=4, checkpoint_every=1), model_dir)
+    train(tiny_config(train_steps=2), tiny_options(corpus_dir, checkpoint_every=1), model_dir)
+    summary = train(tiny_config(), tiny_options(corpus_dir, checkpoint_every=1), model_dir)
     assert summary["steps"] == 4 and summary["latest_checkpoint"] == f"{model_dir}/checkpoints/ckpt-4"
     names = set(tf.io.gfile.listdir(model_dir))
     assert {"config.json", "sp.model", "train_summary.json", "checkpoints/", "logs/"} <= names | {
@@ -229,13 +229,14 @@ def test_a_run_directory_records_its_format_and_another_format_is_refused_naming
     save_run(str(run), get_config("tiny"), {"seed": 3})
     assert load_run(str(run)) == (get_config("tiny"), {"seed": 3})
     stored = json.loads((run / "config.json").read_text())
-    assert stored["format"] == RUN_FORMAT == 1
-    for recorded, named in ((0, "format 0"), (RUN_FORMAT + 1, "format 2"), (None, "format none")):
+    assert stored["format"] == RUN_FORMAT == 2
+    # Format 1 kept the run settings in the run options: refused, not read otherwise.
+    for recorded, named in ((1, "format 1"), (RUN_FORMAT + 1, "format 3"), (None, "format none")):
         changed = {key: value for key, value in stored.items() if key != "format"}
         if recorded is not None:
             changed["format"] = recorded
         (run / "config.json").write_text(json.dumps(changed))
-        expected = re.escape(f"{run / 'config.json'}: run directory {named}") + ".*, this tf_transformer reads format 1"
+        expected = re.escape(f"{run / 'config.json'}: run directory {named}") + ".*, this tf_transformer reads format 2"
         for read in (load_run, stored_fingerprints):
             with pytest.raises(FormatError, match=expected):
                 read(str(run))

@@ -68,7 +68,8 @@ def is_damaged(error: BaseException) -> bool:
 CONFIG_FILE = "config.json"
 # The format of a run directory (config.json's keys, the files beside it and what they hold), recorded in
 # config.json and checked by every reader (tf_transformer.formats). A change of format bumps this number.
-RUN_FORMAT = 1
+# 2: the model config holds the run settings as used (configs.RUN_SETTINGS), the run part the vocab_size asked.
+RUN_FORMAT = 2
 VOCABULARY_FILE = "sp.model"
 CHECKPOINTS = "checkpoints"
 AVERAGED = "averaged"

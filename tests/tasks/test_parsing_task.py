@@ -6,7 +6,7 @@ import json
 import pytest
 import tensorflow as tf
 
-from tests.corpora import tiny_options, write_treebank
+from tests.corpora import tiny_config, tiny_options, write_treebank
 from tf_transformer.tasks import get_task
 from tf_transformer.tasks.parsing.linearization import linearize
 from tf_transformer.tasks.parsing.task import split_as_text
@@ -47,7 +47,6 @@ def test_target_symbols_are_whole_pieces_of_the_shared_vocabulary(tmp_path, text
 
 @pytest.mark.slow
 def test_a_parsing_run_records_its_task_and_scores_dev_f1(tmp_path, text_cache):
-    from configs import get_config
     from tf_transformer.run_dir import load_run
     from tf_transformer.training.trainer import train
 
@@ -60,9 +59,8 @@ def test_a_parsing_run_records_its_task_and_scores_dev_f1(tmp_path, text_cache):
         dev_bleu_sentences=10,
         attention_images=1,
         steps_per_epoch=2,
-        train_steps=2,
     )
-    config = get_config("tiny", max_extra_length=8, beam_size=3, alpha=0.3)
+    config = tiny_config(max_extra_length=8, beam_size=3, alpha=0.3, train_steps=2)
     summary = train(config, options, str(tmp_path / "run"))
     assert 0 <= summary["dev_f1"] <= 100 and "dev_bleu" not in summary
     assert summary["history"]["val_f1"] == [summary["dev_f1"]]
@@ -76,7 +74,6 @@ def test_a_parsing_run_records_its_task_and_scores_dev_f1(tmp_path, text_cache):
 def test_a_parsing_run_resumes_with_its_text_rewritten_and_refuses_another_linearization(tmp_path, text_cache):
     import shutil
 
-    from configs import get_config
     from tf_transformer.training.resume import ResumeError
     from tf_transformer.training.trainer import train
 
@@ -84,21 +81,16 @@ def test_a_parsing_run_resumes_with_its_text_rewritten_and_refuses_another_linea
     options = tiny_options(
         tmp_path / "mrg", task="parsing", linearization="xx", train_split="wsj_0001-wsj_0002", dev_split=None
     )
-    config = get_config("tiny", beam_size=3, alpha=0.3, max_extra_length=8)
-    train(config, dataclasses.replace(options, train_steps=2, checkpoint_every=2), str(tmp_path / "run"))
+    config = tiny_config(beam_size=3, alpha=0.3, max_extra_length=8)
+    train(config.replace(train_steps=2), dataclasses.replace(options, checkpoint_every=2), str(tmp_path / "run"))
     shutil.rmtree(text_cache)  # written again from the trees, byte for byte: the fingerprints still match
     assert train(config, options, str(tmp_path / "run"))["steps"] == 4
     with pytest.raises(ResumeError, match=r"--linearization xx → tags"):
-        train(
-            config,
-            dataclasses.replace(options, linearization="tags", train_steps=6),
-            str(tmp_path / "run"),
-        )
+        train(config.replace(train_steps=6), dataclasses.replace(options, linearization="tags"), str(tmp_path / "run"))
 
 
 @pytest.mark.slow
 def test_a_parser_trained_over_allowed_tokens_records_it_and_resumes_only_with_it(tmp_path, text_cache):
-    from configs import get_config
     from tf_transformer import run_dir
     from tf_transformer.decoding.decode_options import DecodeOptions
     from tf_transformer.training.options import OptionError
@@ -109,13 +101,13 @@ def test_a_parser_trained_over_allowed_tokens_records_it_and_resumes_only_with_i
     options = tiny_options(
         tmp_path / "mrg", task="parsing", linearization="words", train_split="wsj_0001-wsj_0002", tree_loss="allowed"
     )
-    config = get_config("tiny", beam_size=3, alpha=0.3, max_extra_length=8)
+    config = tiny_config(beam_size=3, alpha=0.3, max_extra_length=8)
     run = str(tmp_path / "run")
-    first = train(config, dataclasses.replace(options, train_steps=2, checkpoint_every=2), run)
+    first = train(config.replace(train_steps=2), dataclasses.replace(options, checkpoint_every=2), run)
     assert run_dir.load_run(run)[1]["tree_loss"] == "allowed"
     assert DecodeOptions.for_run(run).renormalize  # decoded as it trained: a softmax over the allowed tokens
     assert not DecodeOptions.for_run(run, constrained=False).renormalize
-    full = train(config, dataclasses.replace(options, tree_loss="full", train_steps=2), str(tmp_path / "full"))
+    full = train(config.replace(train_steps=2), dataclasses.replace(options, tree_loss="full"), str(tmp_path / "full"))
     assert not DecodeOptions.for_run(str(tmp_path / "full")).renormalize
     assert 0 < first["history"]["loss"][0] < full["history"]["loss"][0]  # same batches: forced tokens cost nothing
     # Accuracy and perplexity are over the same tokens as the loss: a forced token is always right.
@@ -130,7 +122,6 @@ def test_a_parser_trained_over_allowed_tokens_records_it_and_resumes_only_with_i
 
 @pytest.mark.slow
 def test_a_parser_with_bare_closings_learns_them_decodes_trees_and_keeps_them_on_resume(tmp_path, text_cache):
-    from configs import get_config
     from tf_transformer import run_dir
     from tf_transformer.decoding.tree_constraint import BARE_CLOSING
     from tf_transformer.tasks import run_tokenizer
@@ -146,10 +137,9 @@ def test_a_parser_with_bare_closings_learns_them_decodes_trees_and_keeps_them_on
         dev_split="wsj_0002",
         dev_bleu_sentences=5,  # dev F1: decoded under the tree constraint, as trees over the words
         closings="bare",
-        train_steps=2,
         checkpoint_every=2,
     )
-    config = get_config("tiny", beam_size=3, alpha=0.3, max_extra_length=8)
+    config = tiny_config(beam_size=3, alpha=0.3, max_extra_length=8, train_steps=2)
     run = str(tmp_path / "run")
     summary = train(config, options, run)
     assert run_dir.load_run(run)[1]["closings"] == "bare" and summary["dev_f1"] >= 0
@@ -159,7 +149,7 @@ def test_a_parser_with_bare_closings_learns_them_decodes_trees_and_keeps_them_on
     trees = "".join(path.read_text() for path in text_cache.rglob("words.trees"))
     assert " ) " in trees and ")S" not in trees
     with pytest.raises(ResumeError, match=r"--closings bare → labeled"):
-        train(config, dataclasses.replace(options, closings="labeled", train_steps=4), run)
+        train(config.replace(train_steps=4), dataclasses.replace(options, closings="labeled"), run)
     # Started from its weights, a run with labelled closings would find no piece for them.
     with pytest.raises(ResumeError, match=r"no piece for the target symbol\(s\) .*\)S .*another --linearization"):
         train(config, dataclasses.replace(options, closings="labeled", init_from=run), str(tmp_path / "labeled"))
@@ -205,14 +195,13 @@ def test_a_parsing_run_mirrored_over_two_devices_makes_the_one_device_updates(tm
     """The task changes the data, not the layouts: two replicas train a parser to the weights one device does."""
     import numpy as np
 
-    from configs import get_config
     from tests.checkpoints import latest_step, tensors
     from tf_transformer.training.trainer import train
 
     if len(tf.config.list_logical_devices("CPU")) < 2:
         pytest.skip("needs two logical CPU devices (set in conftest before TensorFlow starts)")
     write_treebank(tmp_path / "mrg", files=2, trees=30)
-    config = get_config("tiny", dropout=0.0, beam_size=3, alpha=0.3, max_extra_length=8)  # masks differ per replica
+    config = tiny_config(dropout=0.0, beam_size=3, alpha=0.3, max_extra_length=8)  # masks differ per replica
     for strategy in ("one_device", "mirrored"):
         options = tiny_options(
             tmp_path / "mrg",
@@ -221,7 +210,6 @@ def test_a_parsing_run_mirrored_over_two_devices_makes_the_one_device_updates(tm
             train_split="wsj_0001-wsj_0002",
             dev_split=None,
             strategy=strategy,
-            train_steps=4,
             tree_loss=tree_loss,
         )
         assert train(config, options, str(tmp_path / strategy))["steps"] == 4

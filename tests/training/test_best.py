@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from configs import get_config
 from tests.commands import export_cli
-from tests.corpora import tiny_options
+from tests.corpora import tiny_config, tiny_options
 from tf_transformer import build_transformer, run_dir
 from tf_transformer.tasks import get_task
 from tf_transformer.training.best import BestCheckpoint, Metric, best_metric, check_options
@@ -153,13 +152,14 @@ def test_early_stopping_stops_a_resumed_run_where_one_run_stops(tmp_path, train_
     evaluation is the best, and with patience 2 one run stops at the third (step 6 of 12, 2 per epoch). A run
     stopped after two evaluations and resumed keeps the best and the count since it, and stops there too; a
     run that stopped early, rerun, trains no further."""
-    config = get_config("tiny", learning_rate_scale=0.0)
-    common = dict(dev_split="val", steps_per_epoch=2, checkpoint_every=0, keep_best_by="loss", early_stopping=2)
+    options = tiny_options(
+        train_corpus_dir, dev_split="val", steps_per_epoch=2, checkpoint_every=0, keep_best_by="loss", early_stopping=2
+    )
     run = str(tmp_path / "run")
-    part = train(config, tiny_options(train_corpus_dir, train_steps=4, **common), run)
+    part = train(tiny_config(learning_rate_scale=0.0, train_steps=4), options, run)
     assert part["steps"] == 4 and part["stopped_by"] is None
     assert part["best"]["evaluations"] == 2 and part["best"]["evaluations_since_best"] == 1
-    options = tiny_options(train_corpus_dir, train_steps=12, **common)
+    config = tiny_config(learning_rate_scale=0.0, train_steps=12)
     resumed = train(config, options, run)
     assert resumed["stopped_by"] == "early_stopping" and resumed["steps"] == 6
     best = resumed["best"]

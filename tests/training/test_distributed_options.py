@@ -31,23 +31,26 @@ def test_multi_worker_refuses_xla_on_cpu_workers_and_takes_mixed_float16():
 
 
 def test_a_worker_is_compared_with_the_chief_on_every_option_and_config_field():
-    config = get_config("tiny", dropout=0.0)
-    # As config.json holds them: resolved for the machine (training.options.resolve).
-    options = RunOptions(data="corpus", strategy="multi_worker", train_steps=30, precision="float32", jit_compile=False)
+    config = get_config("tiny", dropout=0.0, train_steps=30, vocab_size=120)  # the model: sp.model's size
+    # As config.json holds them: resolved for the machine (training.options.resolve), the vocabulary size asked.
+    options = RunOptions(data="corpus", strategy="multi_worker", precision="float32", jit_compile=False)
     run = {**dataclasses.asdict(options), "num_replicas": 2, "precision_reason": "the CPU has no bfloat16 unit"}
-    chief = (config.replace(vocab_size=120), run)
-    # What each worker sets for itself, and values that take the same effect, are no difference.
-    same = {**run, "verbose": 0, "tokens_per_batch": config.tokens_per_batch}
-    same |= {"max_minutes": 3.0, "worker_timeout": 60.0}  # a worker's own clock: the first to run out stops all
-    assert differing_options(chief, (config.replace(vocab_size=120), same)) == []
+    run["vocab_size"] = 128
+    chief = (config, run)
+    # What each worker sets for itself is no difference.
+    same = {**run, "verbose": 0, "max_minutes": 3.0, "worker_timeout": 60.0}  # the first to run out stops all
+    assert differing_options(chief, (config, same)) == []
 
-    changes = {"train_steps": 31, "checkpoint_every": 5, "accumulate_steps": 2, "precision": "mixed_bfloat16"}
-    changes |= {"epochs": 3, "steps_per_epoch": 7}
-    worker = (config.replace(vocab_size=256, dropout=0.1), {**run, **changes})
+    changes = {"checkpoint_every": 5, "accumulate_steps": 2, "precision": "mixed_bfloat16"}
+    changes |= {"epochs": 3, "steps_per_epoch": 7, "vocab_size": 256}
+    settings = {"train_steps": 31, "tokens_per_batch": 1024}  # the config's run settings, by their flags
+    worker = (config.replace(dropout=0.1, **settings), {**run, **changes})
     differing = differing_options(chief, worker)
     for name, value in changes.items():
         assert f"--{name} {run[name]} on the chief, {value} here" in differing
+    for name, value in settings.items():
+        assert f"--{name} {getattr(config, name)} on the chief, {value} here" in differing
     assert "--set dropout 0.0 on the chief, 0.1 here" in differing
-    assert len(differing) == len(changes) + 1  # the vocabulary size is the chief's sp.model's, not a flag
+    assert len(differing) == len(changes) + len(settings) + 1  # each named once: not also as --set train_steps
     preset = differing_options(chief, (get_config("small").replace(vocab_size=120), run))
     assert "--config tiny on the chief, small here" in preset and "--set d_model 32 on the chief, 256 here" in preset

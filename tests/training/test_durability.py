@@ -99,8 +99,7 @@ def on_a_full_disk(mount: str, corpus: str) -> None:
     """Runs inside the mount namespace, ``mount`` being the tmpfs."""
     import tensorflow as tf
 
-    from configs import get_config
-    from tests.corpora import tiny_options
+    from tests.corpora import tiny_config, tiny_options
     from tf_transformer.exporting.saved_model import export_run
     from tf_transformer.files import WriteError, save_json
     from tf_transformer.run_dir import restore_model
@@ -109,8 +108,8 @@ def on_a_full_disk(mount: str, corpus: str) -> None:
 
     run = os.path.join(mount, "run")
     checkpoints = os.path.join(run, "checkpoints")
-    config = get_config("tiny")
-    train(config, tiny_options(corpus, train_steps=2, checkpoint_every=1), run)
+    options = tiny_options(corpus, checkpoint_every=1)
+    train(tiny_config(train_steps=2), options, run)
     averaged = average_checkpoints(run, last=2)
     average_before = _files(os.path.dirname(averaged))
     filler = Filler(mount)
@@ -118,7 +117,7 @@ def on_a_full_disk(mount: str, corpus: str) -> None:
     # A checkpoint that does not fit (config.json, a few KB, still does): the previous one stays the newest.
     filler.fill(room=64 * 1024)
     try:
-        train(config, tiny_options(corpus, train_steps=4, checkpoint_every=1), run)
+        train(tiny_config(), options, run)
         raise AssertionError("training on a full disk did not fail")
     except WriteError as error:
         assert "ckpt-3" in str(error) and "ckpt-2, is intact" in str(error), error
@@ -138,7 +137,7 @@ def on_a_full_disk(mount: str, corpus: str) -> None:
 
     tf.train.CheckpointManager.save = save
     try:
-        train(config, tiny_options(corpus, train_steps=4, checkpoint_every=1), run)
+        train(tiny_config(), options, run)
         raise AssertionError("training on a full disk did not fail")
     except WriteError as error:
         assert "ckpt-3" in str(error) and "ckpt-2, is intact" in str(error), error
@@ -177,7 +176,7 @@ def on_a_full_disk(mount: str, corpus: str) -> None:
     filler.free()
 
     # Room again: the same command resumes from ckpt-2.
-    summary = train(config, tiny_options(corpus, train_steps=4, checkpoint_every=1), run)
+    summary = train(tiny_config(), options, run)
     assert summary["steps"] == 4, json.dumps(summary)[:500]
     state = tf.train.get_checkpoint_state(checkpoints)
     assert [os.path.basename(p) for p in state.all_model_checkpoint_paths][-2:] == ["ckpt-3", "ckpt-4"]

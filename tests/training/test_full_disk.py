@@ -9,8 +9,7 @@ import signal
 import pytest
 import tensorflow as tf
 
-from configs import get_config
-from tests.corpora import tiny_options
+from tests.corpora import tiny_config, tiny_options
 from tf_transformer.exporting.saved_model import export_run
 from tf_transformer.files import WriteError
 from tf_transformer.run_dir import restore_model
@@ -39,21 +38,21 @@ def _listing(directory):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, corpus_dir):
     run = tmp_path_factory.mktemp("full_disk") / "run"
-    train(get_config("tiny"), tiny_options(corpus_dir, train_steps=2, checkpoint_every=1), str(run))
+    train(tiny_config(train_steps=2), tiny_options(corpus_dir, checkpoint_every=1), str(run))
     return run
 
 
 @pytest.mark.slow
 def test_checkpoint_on_a_full_disk_fails_clearly_and_keeps_the_previous_one(run, corpus_dir):
-    options = tiny_options(corpus_dir, train_steps=4, checkpoint_every=1)
+    options = tiny_options(corpus_dir, checkpoint_every=1)
     with full_disk(), pytest.raises(WriteError) as error:
-        train(get_config("tiny"), options, str(run))
+        train(tiny_config(), options, str(run))
     assert "ckpt-3" in str(error.value) and "ckpt-2, is intact" in str(error.value)
     checkpoints = run / "checkpoints"
     assert not [name for name in _listing(checkpoints) if name.startswith("ckpt-3")], _listing(checkpoints)
     assert tf.train.latest_checkpoint(str(checkpoints)).endswith("ckpt-2")
     restore_model(str(run))  # whole and readable
-    assert train(get_config("tiny"), options, str(run))["steps"] == 4  # space again: resumes
+    assert train(tiny_config(), options, str(run))["steps"] == 4  # space again: resumes
 
 
 @pytest.mark.slow

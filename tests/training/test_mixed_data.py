@@ -6,10 +6,9 @@ import json
 import pytest
 from absl import app
 
-from configs import get_config
 from pipelines import UNK_ID, Tokenizer
 from tests.checkpoints import assert_identical
-from tests.corpora import tiny_options
+from tests.corpora import tiny_config, tiny_options
 from tf_transformer.cli.train import _weights
 from tf_transformer.training.resume import ResumeError
 from tf_transformer.training.trainer import train
@@ -49,7 +48,6 @@ def test_a_mixed_run_resumes_exactly_and_refuses_other_weights(tmp_path, train_c
     """Two corpora at 0.7/0.3: the vocabulary knows both; a run stopped mid-epoch and resumed ends with every
     tensor of the uninterrupted run's checkpoint; other weights on resume are refused, naming the flag."""
     other = write_other(tmp_path / "other")
-    config = get_config("tiny")
     sources = (str(train_corpus_dir), str(other))
 
     def mixed(data_weights=(0.7, 0.3), **changes):
@@ -57,11 +55,11 @@ def test_a_mixed_run_resumes_exactly_and_refuses_other_weights(tmp_path, train_c
         return dataclasses.replace(options, data=sources, data_weights=data_weights)
 
     reference = tmp_path / "reference"
-    train(config, mixed(train_steps=5), str(reference))
+    train(tiny_config(train_steps=5), mixed(), str(reference))
     run = tmp_path / "run"
-    part = train(config, mixed(train_steps=4), str(run))
+    part = train(tiny_config(train_steps=4), mixed(), str(run))
     assert part["steps"] == 4
-    resumed = train(config, mixed(train_steps=5), str(run))
+    resumed = train(tiny_config(train_steps=5), mixed(), str(run))
     assert resumed["steps"] == 5
     assert_identical(run, reference, 5)
 
@@ -73,9 +71,9 @@ def test_a_mixed_run_resumes_exactly_and_refuses_other_weights(tmp_path, train_c
     assert UNK_ID not in pieces  # the vocabulary was trained on the second corpus too
 
     with pytest.raises(ResumeError, match=r"--data_weights 0\.7,0\.3 → 0\.5,0\.5"):
-        train(config, mixed(train_steps=6, data_weights=(0.5, 0.5)), str(run))
+        train(tiny_config(train_steps=6), mixed(data_weights=(0.5, 0.5)), str(run))
     with pytest.raises(ResumeError, match="--data "):
-        train(config, tiny_options(train_corpus_dir, train_steps=6), str(run))
+        train(tiny_config(train_steps=6), tiny_options(train_corpus_dir), str(run))
 
 
 def test_each_source_alone_drops_the_mixtures_weights():

@@ -63,11 +63,17 @@ def test_the_first_progress_line_says_what_was_chosen_and_why():
 
 
 def test_options_are_compared_as_they_take_effect():
+    """The config's run settings are compared as options, under their flags' names, beside the vocabulary size
+    the run asked: a resume may change train_steps, not the batches; the model configs' comparison leaves the
+    run settings and the vocabulary size (sp.model's) to that one."""
     config = get_config("tiny")
-    old = {**dataclasses.asdict(RunOptions(data="corpus", seed=1)), "num_replicas": 1}
-    new = {**old, "tokens_per_batch": config.tokens_per_batch, "seed": 2}  # the preset's value, given: no change
+    old = {**dataclasses.asdict(RunOptions(data="corpus", seed=1)), "num_replicas": 1, "vocab_size": 120}
+    new = {**old, "seed": 2, "vocab_size": 100}
+    other = config.replace(train_steps=9, tokens_per_batch=1024)
+    assert run_options.effective(config, old)["max_train_length"] == config.max_train_length
     found = run_options.differences(
-        run_options.effective(config, old), run_options.effective(config, new), run_options.STREAM_OPTIONS
+        run_options.effective(config, old), run_options.effective(other, new), run_options.STREAM_OPTIONS
     )
-    assert found == [("seed", 1, 2)]
-    assert run_options.config_differences(config, config.replace(d_ff=128, vocab_size=7)) == [("d_ff", 64, 128)]
+    assert found == [("tokens_per_batch", 2048, 1024), ("seed", 1, 2), ("vocab_size", 120, 100)]
+    changed = other.replace(d_ff=128, vocab_size=7, max_train_length=32)
+    assert run_options.config_differences(config, changed) == [("d_ff", 64, 128)]

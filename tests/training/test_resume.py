@@ -128,8 +128,7 @@ def test_skipped_mixed_float16_steps_count_as_data_taken(tmp_path, corpus_dir, m
     import keras
     from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer
 
-    from configs import get_config
-    from tests.corpora import tiny_options
+    from tests.corpora import tiny_config, tiny_options
     from tf_transformer.training.trainer import train
 
     original = LossScaleOptimizer.__init__
@@ -138,19 +137,15 @@ def test_skipped_mixed_float16_steps_count_as_data_taken(tmp_path, corpus_dir, m
         original(self, inner_optimizer, initial_scale=2.0**26, **kwargs)
 
     monkeypatch.setattr(LossScaleOptimizer, "__init__", start_high)
-    config = get_config("tiny")
     reference, run = tmp_path / "reference", tmp_path / "run"
-
-    def options(steps):
-        return tiny_options(corpus_dir, precision="mixed_float16", train_steps=steps, checkpoint_every=3)
-
-    assert train(config, options(6), str(reference))["steps"] == 6  # the skipped steps are made up
-    train(config, options(3), str(run))
+    options = tiny_options(corpus_dir, precision="mixed_float16", checkpoint_every=3)
+    assert train(tiny_config(train_steps=6), options, str(reference))["steps"] == 6  # the skipped steps are made up
+    train(tiny_config(train_steps=3), options, str(run))
     reader = tf.train.load_checkpoint(str(run / "checkpoints" / "ckpt-3"))
     position = int(reader.get_tensor("data_position/.ATTRIBUTES/VARIABLE_VALUE"))
     assert position > 3, "no step was skipped: the test needs a higher initial loss scale"
     keras.config.set_dtype_policy("float32")
-    train(config, options(6), str(run))
+    train(tiny_config(train_steps=6), options, str(run))
     assert_identical(run, reference, 6)
 
 
@@ -186,8 +181,7 @@ def test_a_signal_during_validation_stops_it_with_the_epochs_checkpoint(tmp_path
     written, dev BLEU is not computed, and the run stops as preempted."""
     import os
 
-    from configs import get_config
-    from tests.corpora import tiny_options
+    from tests.corpora import tiny_config, tiny_options
     from tf_transformer.training.callbacks import StopRequests
     from tf_transformer.training.trainer import train
 
@@ -202,9 +196,9 @@ def test_a_signal_during_validation_stops_it_with_the_epochs_checkpoint(tmp_path
 
     monkeypatch.setattr(StopRequests, "on_test_batch_end", signalled)
     options = tiny_options(
-        train_corpus_dir, dev_split="val", dev_bleu_sentences=5, train_steps=12, steps_per_epoch=5, accumulate_steps=2
+        train_corpus_dir, dev_split="val", dev_bleu_sentences=5, steps_per_epoch=5, accumulate_steps=2
     )
-    summary = train(get_config("tiny"), options, str(tmp_path / "run"))
+    summary = train(tiny_config(train_steps=12), options, str(tmp_path / "run"))
     assert batches == [0]  # validation stopped at its first batch
     assert summary["stopped_by"] == "SIGTERM" and summary["dev_bleu"] is None
     assert summary["steps"] == 2 and latest_step(tmp_path / "run") == 2

@@ -14,7 +14,7 @@ import tensorflow as tf
 import pipelines
 from configs import get_config
 from tests.commands import BIN
-from tests.corpora import tiny_options, write_corpus
+from tests.corpora import tiny_config, tiny_options, write_corpus
 from tf_transformer.files import ReadError
 from tf_transformer.training.resume import ResumeError
 from tf_transformer.training.trainer import train
@@ -32,7 +32,7 @@ def corpus(tmp_path_factory):
 
 
 def _options(corpus, **changes):
-    return tiny_options(corpus, **{"train_steps": 2, "checkpoint_every": 1, **changes})
+    return tiny_options(corpus, **{"checkpoint_every": 1, **changes})
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def runs(tmp_path_factory, corpus):
     """A run of 2 steps (checkpoints 1 and 2) in each precision."""
     root = tmp_path_factory.mktemp("resume_checks")
     for precision in PRECISIONS:
-        train(get_config("tiny"), _options(corpus, precision=precision), str(root / precision))
+        train(tiny_config(train_steps=2), _options(corpus, precision=precision), str(root / precision))
     return root
 
 
@@ -71,15 +71,15 @@ def test_precision_on_resume(copy_run, corpus, old, new):
     refused before anything is written, naming both; float32 and mixed_bfloat16 carry the whole state across."""
     run = copy_run(old)
     before = _snapshot(run)
-    options = _options(corpus, train_steps=3, precision=new)
+    options = _options(corpus, precision=new)
     if _changes_graph(old, new):
         with pytest.raises(ResumeError) as error:
-            train(get_config("tiny"), options, str(run))
+            train(tiny_config(train_steps=3), options, str(run))
         assert f"--precision {old} → {new}" in str(error.value)
         assert _snapshot(run) == before  # config.json and the checkpoint state untouched
         return
     _assert_restores_whole(run / "checkpoints" / "ckpt-2", new)
-    summary = train(get_config("tiny"), options, str(run))
+    summary = train(tiny_config(train_steps=3), options, str(run))
     assert summary["steps"] == 3 and summary["precision"] == new
 
 
@@ -113,7 +113,7 @@ def test_precision_auto_keeps_the_runs_own_on_resume(copy_run, corpus, stored):
     from tf_transformer.training.options import choose_precision
 
     run = copy_run(stored)
-    summary = train(get_config("tiny"), _options(corpus, train_steps=3, precision="auto"), str(run))
+    summary = train(tiny_config(train_steps=3), _options(corpus, precision="auto"), str(run))
     assert summary["steps"] == 3 and summary["precision"] == stored
     recorded = json.loads((run / "config.json").read_text())["run"]
     assert recorded["precision"] == stored
@@ -129,7 +129,7 @@ def test_a_corpus_whose_bytes_changed_is_refused(copy_run, corpus, tmp_path):
     own = tmp_path / "corpus"
     shutil.copytree(corpus, own)
     run = tmp_path / "run"
-    train(get_config("tiny"), _options(own), str(run))
+    train(tiny_config(train_steps=2), _options(own), str(run))
     before = _snapshot(run)
     target = own / "train.de"
     stat = os.stat(target)
@@ -138,7 +138,7 @@ def test_a_corpus_whose_bytes_changed_is_refused(copy_run, corpus, tmp_path):
     os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert os.stat(target).st_size == stat.st_size
     with pytest.raises(ResumeError) as error:
-        train(get_config("tiny"), _options(own, train_steps=3), str(run))
+        train(tiny_config(train_steps=3), _options(own), str(run))
     assert "--data" in str(error.value) and "train.de" in str(error.value)
     assert _snapshot(run) == before
 
@@ -154,7 +154,7 @@ def test_another_vocabulary_of_the_same_size_is_refused(copy_run, corpus, tmp_pa
     shutil.copyfile(tmp_path / "other.model", run / "sp.model")
     before = _snapshot(run)
     with pytest.raises(ResumeError) as error:
-        train(get_config("tiny"), _options(corpus, train_steps=3), str(run))
+        train(tiny_config(train_steps=3), _options(corpus), str(run))
     assert "sp.model" in str(error.value) and "--model_dir" in str(error.value)
     assert _snapshot(run) == before
 
@@ -163,7 +163,7 @@ def test_jit_compile_changed_on_resume_is_refused(copy_run, corpus):
     run = copy_run()
     before = _snapshot(run)
     with pytest.raises(ResumeError, match="--jit_compile False → True"):
-        train(get_config("tiny"), _options(corpus, train_steps=3, jit_compile=True), str(run))
+        train(tiny_config(train_steps=3), _options(corpus, jit_compile=True), str(run))
     assert _snapshot(run) == before
 
 
@@ -172,7 +172,7 @@ def test_another_number_of_replicas_is_refused_naming_flags_that_exist(copy_run,
         pytest.skip("needs the two logical CPU devices of tests/conftest.py")
     run = copy_run()
     with pytest.raises(ResumeError) as error:
-        train(get_config("tiny"), _options(corpus, train_steps=3, strategy="mirrored"), str(run))
+        train(tiny_config(train_steps=3), _options(corpus, strategy="mirrored"), str(run))
     message = str(error.value)
     assert "replicas 1 → 2" in message and "--strategy" in message
     assert "--num_replicas" not in message
@@ -223,7 +223,7 @@ def test_a_garbled_checkpoint_state_resumes_from_the_checkpoint_files(copy_run, 
     before = {name: value for name, value in _snapshot(run).items() if name.startswith("ckpt-")}
     # The absl logger's own level: an earlier test (tft-demo) may have set absl's verbosity to WARNING.
     with caplog.at_level(logging.INFO, logger="absl"):
-        summary = train(get_config("tiny"), _options(corpus, train_steps=3), str(run))
+        summary = train(tiny_config(train_steps=3), _options(corpus), str(run))
     assert summary["steps"] == 3
     assert "Resumed from" in caplog.text and "ckpt-2" in caplog.text
     after = _snapshot(run)
@@ -248,5 +248,5 @@ def test_a_checkpoint_state_that_cannot_be_read_stops_the_run(copy_run, corpus, 
     monkeypatch.setattr(file_io.FileIO, "read", read)
     before = _snapshot(run)
     with pytest.raises((ReadError, tf.errors.PermissionDeniedError), match="Permission denied"):
-        train(get_config("tiny"), _options(corpus, train_steps=3), str(run))
+        train(tiny_config(train_steps=3), _options(corpus), str(run))
     assert _snapshot(run) == before

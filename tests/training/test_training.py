@@ -335,21 +335,26 @@ def test_accumulated_micro_batches_equal_one_batch():
 # --- runs --------------------------------------------------------------------------------------------------
 
 
+def tiny_config(**changes):
+    return corpora.tiny_config(**{"train_steps": 6, **changes})
+
+
 def tiny_options(train_corpus_dir, **changes):
-    return corpora.tiny_options(
-        train_corpus_dir, **{"train_steps": 6, "steps_per_epoch": 3, "checkpoint_every": 2, **changes}
-    )
+    return corpora.tiny_options(train_corpus_dir, **{"steps_per_epoch": 3, "checkpoint_every": 2, **changes})
 
 
 @pytest.mark.slow
 def test_train_writes_a_complete_model_dir_and_tensorboard(tmp_path, train_corpus_dir):
     options = tiny_options(train_corpus_dir, dev_split="val", dev_bleu_sentences=5, log_every=1)
-    summary = train(get_config("tiny"), options, str(tmp_path / "run"))
+    summary = train(tiny_config(), options, str(tmp_path / "run"))
     run = tmp_path / "run"
     assert summary["steps"] == 6 and math.isfinite(summary["history"]["loss"][-1])
     config, stored = load_run(str(run))
-    assert config.vocab_size == pipelines.Tokenizer(str(run / "sp.model")).vocab_size
-    assert stored["train_steps"] == 6
+    # Format 2: the model config holds the run settings as used, the run the vocabulary size asked.
+    assert json.loads((run / "config.json").read_text())["format"] == 2
+    assert (config.train_steps, config.tokens_per_batch, config.max_train_length) == (6, 512, 64)
+    assert config.vocab_size == pipelines.Tokenizer(str(run / "sp.model")).vocab_size and stored["vocab_size"] == 120
+    assert not {"train_steps", "tokens_per_batch", "max_train_length"} & set(stored)
     # The options as the run took them: resolved for the machine, with why; no process-local values.
     assert stored["precision"] == "float32" and stored["precision_reason"] == "given by --precision"
     assert stored["jit_compile"] is False and "budget_start" not in stored
@@ -391,10 +396,10 @@ def test_mirrored_strategy_over_two_logical_cpus(tmp_path, train_corpus_dir):
     if len(tf.config.list_logical_devices("CPU")) < 2:
         pytest.skip("needs two logical CPU devices (set in conftest before TensorFlow starts)")
     """Each global batch split over two replicas makes the update one device makes on it: the same weights."""
-    config = get_config("tiny", dropout=0.0)  # dropout masks are drawn per replica
+    config = tiny_config(dropout=0.0)  # dropout masks are drawn per replica
     runs = {}
     for strategy in ("one_device", "mirrored"):
-        options = tiny_options(train_corpus_dir, strategy=strategy, train_steps=6)
+        options = tiny_options(train_corpus_dir, strategy=strategy)
         runs[strategy] = train(config, options, str(tmp_path / strategy))
         assert runs[strategy]["steps"] == 6
     for one, mirrored in zip(
@@ -435,7 +440,7 @@ def test_xla_sees_one_shape_per_bucket(tmp_path, train_corpus_dir):
 @pytest.mark.slow
 def test_average_is_exactly_the_mean_of_the_last_checkpoints(tmp_path, train_corpus_dir):
     run = str(tmp_path / "run")
-    train(get_config("tiny"), tiny_options(train_corpus_dir, checkpoint_every=1), run)
+    train(tiny_config(), tiny_options(train_corpus_dir, checkpoint_every=1), run)
     paths = last_checkpoints(run, 3)
     model, _ = restore_model(run, paths[0])
     per_checkpoint = []
@@ -543,10 +548,10 @@ def test_mixed_float16_counts_its_steps_for_resume_and_the_learning_rate(tmp_pat
     """Under mixed_float16 Keras wraps the optimizer for loss scaling; the wrapper's own counter never
     moves. A finished run rerun must not train again, and the logged learning rate is eq. 3's, not 0."""
     run = tmp_path / "run"
-    options = tiny_options(train_corpus_dir, precision="mixed_float16", train_steps=4, log_every=1)
-    first = train(get_config("tiny"), options, str(run))
+    options = tiny_options(train_corpus_dir, precision="mixed_float16", log_every=1)
+    first = train(tiny_config(train_steps=4), options, str(run))
     weights = [np.array(w) for w in restore_model(str(run))[0].weights]
-    again = train(get_config("tiny"), options, str(run))
+    again = train(tiny_config(train_steps=4), options, str(run))
     assert first["steps"] == again["steps"] == 4
     assert os.path.basename(again["latest_checkpoint"]) == "ckpt-4" and not again["history"]  # nothing trained
     for before, after in zip(weights, restore_model(str(run))[0].weights, strict=True):
@@ -561,8 +566,8 @@ def test_mixed_float16_counts_its_steps_for_resume_and_the_learning_rate(tmp_pat
 
 @pytest.mark.slow
 def test_a_damaged_newest_checkpoint_is_passed_over_at_resume_and_refused_at_export(tmp_path, train_corpus_dir):
-    config = get_config("tiny", dropout=0.0)
-    options = tiny_options(train_corpus_dir, train_steps=4, steps_per_epoch=4, checkpoint_every=2)
+    config = tiny_config(dropout=0.0, train_steps=4)
+    options = tiny_options(train_corpus_dir, steps_per_epoch=4, checkpoint_every=2)
     train(config, options, str(tmp_path / "reference"))
     reference, _ = restore_model(str(tmp_path / "reference"))
     run = tmp_path / "run"

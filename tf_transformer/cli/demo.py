@@ -52,7 +52,6 @@ def main() -> int:
         src="en",
         tgt="de",
         dev_split="val",
-        train_steps=100_000,
         max_minutes=minutes,
         checkpoint_every=100,
         keep_checkpoints=10,
@@ -61,7 +60,7 @@ def main() -> int:
         verbose=2,
     )
     start = time.perf_counter()
-    summary = train(get_config("small"), options, model_dir)
+    summary = train(get_config("small", train_steps=100_000), options, model_dir)  # the time budget ends it
     print(f"      {summary['steps']} steps in {summary['train_seconds'] / 60:.1f} min", flush=True)
     state = tf.train.get_checkpoint_state(os.path.join(model_dir, "checkpoints"))
     last = min(5, len(state.all_model_checkpoint_paths))  # the paper averages the last 5 (base)

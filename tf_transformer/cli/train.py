@@ -17,9 +17,23 @@ import sys
 
 from absl import app, flags, logging
 
-from configs import CLOSINGS, PRECISIONS, SCHEDULES, STRATEGIES, TREE_LOSSES, RunOptions, preset_names
+from configs import (
+    CLOSINGS,
+    PRECISIONS,
+    RUN_SETTINGS,
+    SCHEDULES,
+    STRATEGIES,
+    TREE_LOSSES,
+    RunOptions,
+    parse_overrides,
+    preset_names,
+)
 from tf_transformer.cli import run_main
 from tf_transformer.tasks import TASK_NAMES
+
+# Config fields with flags of their own, as users know them from other trainers: each sets the config's field
+# as ``--set FIELD=VALUE`` does (the model config is the one home of these settings, configs/transformer.py).
+CONFIG_FLAGS = (*RUN_SETTINGS, "vocab_size")
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum(
@@ -69,7 +83,7 @@ flags.DEFINE_enum(
     "paper",
     list(SCHEDULES),
     "The learning rate after the warmup: paper (eq. 3's inverse square root) or budget (a linear decay to zero "
-    "at the run's last update: --train_steps, --epochs or the preset's, or under --max_minutes the updates the "
+    "at the run's last update: --epochs, else --train_steps (the preset's), or under --max_minutes the updates the "
     "budget allows, estimated at the end of the warmup; docs/training.md#the-learning-rate-schedule).",
 )
 flags.DEFINE_enum(
@@ -93,20 +107,28 @@ flags.DEFINE_string(
     "or a file range (default wsj_0160-wsj_0179); '' to skip.",
 )
 flags.DEFINE_string("model_dir", None, "Run directory: config, vocabulary, checkpoints, TensorBoard logs.")
-flags.DEFINE_integer("epochs", None, "Epochs (passes over the data) to train.", lower_bound=1)
 flags.DEFINE_integer(
-    "train_steps", None, "Stop after this many optimizer steps (default: the preset's).", lower_bound=1
+    "epochs", None, "Epochs (passes over the data) to train, instead of the config's train_steps.", lower_bound=1
+)
+flags.DEFINE_integer(
+    "train_steps",
+    None,
+    "Stop after this many optimizer steps, as --set train_steps=N; not with --epochs (default: the preset's).",
+    lower_bound=1,
 )
 flags.DEFINE_integer("steps_per_epoch", None, "Micro-batches per epoch (default: one pass over the data).")
 flags.DEFINE_integer("checkpoint_every", 1000, "Also checkpoint every N optimizer steps (0: epoch ends only).")
 flags.DEFINE_integer("keep_checkpoints", 10, "Checkpoints kept (the newest).", lower_bound=1)
 flags.DEFINE_integer(
-    "tokens_per_batch", None, "Global token budget per batch and side (default: the preset's).", lower_bound=8
+    "tokens_per_batch",
+    None,
+    "Global token budget per batch and side, as --set tokens_per_batch=N (default: the preset's).",
+    lower_bound=8,
 )
 flags.DEFINE_integer(
     "max_train_length",
     None,
-    "Drop pairs with a side longer than this many subwords (default: the preset's).",
+    "Drop pairs with a side longer than this many subwords, as --set max_train_length=N (default: the preset's).",
     lower_bound=2,
 )
 flags.DEFINE_enum(
@@ -121,7 +143,12 @@ flags.DEFINE_enum("strategy", "auto", STRATEGIES, "Distribution strategy.")
 flags.DEFINE_bool("jit_compile", None, "XLA-compile the train step (default: on when a GPU is present).")
 flags.DEFINE_integer("accumulate_steps", 1, "Accumulate gradients over N micro-batches per update.", lower_bound=1)
 flags.DEFINE_integer("seed", 1, "Random seed (data order and initialization).")
-flags.DEFINE_integer("vocab_size", None, "Shared SentencePiece vocabulary size (default: the preset's).")
+flags.DEFINE_integer(
+    "vocab_size",
+    None,
+    "Shared SentencePiece vocabulary size asked of a new vocabulary, as --set vocab_size=N (default: the preset's).",
+    lower_bound=1,
+)
 flags.DEFINE_enum("vocab_model_type", "bpe", ["bpe", "unigram"], "SentencePiece model type.")
 flags.DEFINE_integer("dev_bleu_sentences", 100, "Dev sentences translated for BLEU each epoch (0: none).")
 flags.DEFINE_integer(
@@ -164,13 +191,24 @@ flags.DEFINE_float(
 flags.DEFINE_multi_string("set", [], "Override a config field, e.g. --set dropout=0.2 (repeatable).")
 
 
-def _overrides(settings: list[str]) -> dict:
-    from configs import parse_overrides
-
+def _overrides() -> dict:
+    """The config fields ``--set`` and the :data:`CONFIG_FLAGS` set; a field set both ways, or a run length
+    given both by ``--epochs`` and ``train_steps``, is a ``UsageError`` naming both."""
     try:
-        return parse_overrides(settings)
+        overrides = parse_overrides(FLAGS.set)
     except ValueError as error:
         raise app.UsageError(str(error)) from error
+    for name in CONFIG_FLAGS:
+        value = FLAGS[name].value
+        if value is None:
+            continue
+        if name in overrides:
+            raise app.UsageError(f"--{name} {value} and --set {name}={overrides[name]} set the same field: give one")
+        overrides[name] = value
+    if FLAGS.epochs and "train_steps" in overrides:
+        given = "--train_steps" if FLAGS.train_steps is not None else "--set train_steps"
+        raise app.UsageError(f"--epochs and {given} both say how long to train: give one")
+    return overrides
 
 
 def _weights(values: list[str] | None) -> tuple[float, ...] | None:
@@ -210,6 +248,7 @@ def main(argv):
         raise app.UsageError("--data is required: a corpus directory or file prefix")
     if not FLAGS.model_dir:
         raise app.UsageError("--model_dir is required: where the run is written")
+    overrides = _overrides()
     from tf_transformer.tasks import get_task
 
     task = get_task(FLAGS.task)
@@ -233,7 +272,6 @@ def main(argv):
     from tf_transformer.training.trainer import train
 
     logging.set_verbosity(logging.INFO)
-    overrides = _overrides(FLAGS.set)
     if FLAGS.init_from and not FLAGS["config"].present:  # fine-tuning: the model of the run it starts from
         from tf_transformer.run_dir import load_run
         from tf_transformer.training.resume import source_run
@@ -243,7 +281,10 @@ def main(argv):
         except (ResumeError, FileNotFoundError, ValueError) as error:
             raise app.UsageError(f"--init_from {FLAGS.init_from}: {error}") from None
     else:
-        config = get_config(FLAGS.config, **overrides)
+        try:
+            config = get_config(FLAGS.config, **overrides)
+        except ValueError as error:  # a value the config refuses
+            raise app.UsageError(str(error)) from None
     # The task's decoding settings (parsing: section 6.3's beam 21, α 0.3, input + 300), unless --set.
     config = config.replace(**{name: value for name, value in task.decoding.items() if name not in overrides})
     print(f"TensorBoard: tensorboard --logdir {os.path.join(FLAGS.model_dir, 'logs')}", flush=True)

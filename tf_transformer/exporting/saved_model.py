@@ -262,5 +262,4 @@ def export_run(
 
 def training_max_length(model_dir: str) -> int:
     """The longest sentence (subwords with EOS, per side) that training in ``model_dir`` kept."""
-    config, options = load_run(model_dir)
-    return options.get("max_train_length") or config.max_train_length
+    return load_run(model_dir)[0].max_train_length

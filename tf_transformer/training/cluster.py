@@ -185,8 +185,9 @@ def differing_options(chief: tuple[TransformerConfig, dict], worker: tuple[Trans
     does: another step count, schedule or checkpoint cadence would leave the
     workers' collectives unmatched, another model or dropout would train a
     model other than the one the chief saves. Options are compared as they
-    take effect (a preset's ``--tokens_per_batch`` given explicitly is no
-    change); the vocabulary size is that of the chief's ``sp.model``.
+    take effect, the config's run settings among them by their flags' names
+    (:func:`~tf_transformer.training.options.effective`); the model's
+    vocabulary size is that of the chief's ``sp.model``.
     """
     (chief_config, chief_run), (config, run) = chief, worker
     differing = [

@@ -15,7 +15,7 @@ import os
 
 import tensorflow as tf
 
-from configs import RunOptions, TransformerConfig
+from configs import RUN_SETTINGS, RunOptions, TransformerConfig
 from tf_transformer.cpu import choose_cpu_precision
 
 
@@ -99,8 +99,9 @@ def check(options: RunOptions, strategy: tf.distribute.Strategy) -> None:
 
 # Run options that decide which batch comes at which step, the learning rate of a step (``schedule``) or what
 # the loss is over (a parser's ``closings`` and ``tree_loss``): a resumed run must keep them. ``jit_compile``
-# pads batches to bucket boundaries. (``train_steps``, ``epochs``, the checkpoint and logging cadence and the dev split
-# may change; the precision may change where the checkpoint keeps its shape: :func:`loss_scaled`.)
+# pads batches to bucket boundaries. Named as :func:`effective` has them: the config's run settings and the
+# vocabulary size asked among them. (``train_steps``, ``epochs``, the checkpoint and logging cadence and the dev
+# split may change; the precision may change where the checkpoint keeps its shape: :func:`loss_scaled`.)
 STREAM_OPTIONS = (
     "task",
     "linearization",
@@ -132,14 +133,13 @@ def loss_scaled(precision: str | None) -> bool:
 
 
 def effective(config: TransformerConfig, run: dict) -> dict:
-    """A run's options as they take effect: the preset's value where an option was not given, data as a real path.
+    """A run's options as they take effect, by their flags' names: the run record with the config's
+    :data:`~configs.RUN_SETTINGS`, data as a real path.
 
-    ``run`` is a ``config.json``'s ``run`` (today's names: ``run_dir.load_run``),
-    or ``dataclasses.asdict`` of :class:`~configs.RunOptions` plus ``num_replicas``.
+    ``run`` is a ``config.json``'s ``run`` (``run_dir.load_run``) or the record a run makes of itself
+    (``preparation.RunPlace.record``: its options, ``num_replicas`` and the ``vocab_size`` asked).
     """
-    values = dict(run)
-    values["tokens_per_batch"] = run.get("tokens_per_batch") or config.tokens_per_batch
-    values["max_train_length"] = run.get("max_train_length") or config.max_train_length
+    values = {**run, **{name: getattr(config, name) for name in RUN_SETTINGS}}
     data = values.get("data")
     if data:  # one corpus (a string), or several (a list in config.json, a tuple in RunOptions)
         real = [source if source.startswith("tfds:") else os.path.realpath(source) for source in _listed(data)]
@@ -163,6 +163,7 @@ def differences(old: dict, new: dict, names=None, skip=()) -> list[tuple[str, ob
     ]
 
 
-def config_differences(old: TransformerConfig, new: TransformerConfig, skip=("vocab_size",)):
-    """:func:`differences` of two model configs' fields (the vocabulary size comes from ``sp.model``)."""
+def config_differences(old: TransformerConfig, new: TransformerConfig, skip=("vocab_size", *RUN_SETTINGS)):
+    """:func:`differences` of two model configs' fields; by default not the vocabulary size (``sp.model``'s)
+    nor the run settings, which :func:`effective` compares as options, by their flags' names."""
     return differences(old.to_dict(), new.to_dict(), skip=skip)

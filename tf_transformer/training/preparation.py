@@ -70,9 +70,15 @@ class RunPlace:
     def chief(self) -> bool:
         return self.cluster is None or self.cluster.is_chief
 
-    def record(self, replicas: int) -> dict:
-        """What ``config.json`` records of the run: its options, the replicas and why the precision is what it is."""
-        return {**dataclasses.asdict(self.options), "num_replicas": replicas, "precision_reason": self.precision_reason}
+    def record(self, config: TransformerConfig, replicas: int) -> dict:
+        """What ``config.json`` records of the run: its options, the replicas, why the precision is what it is
+        and the vocabulary size ``config`` asks (the model config records the size the vocabulary has)."""
+        return {
+            **dataclasses.asdict(self.options),
+            "num_replicas": replicas,
+            "precision_reason": self.precision_reason,
+            "vocab_size": config.vocab_size,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,8 +149,8 @@ class PreparedRun:
 
     @property
     def by_epochs(self) -> bool:
-        """A run of a number of epochs ends with its data; one of a number of steps ends at ``StopAtStep``."""
-        return bool(self.options.epochs and not self.options.train_steps)
+        """A run of ``epochs`` ends with its data; one of the config's ``train_steps`` ends at ``StopAtStep``."""
+        return bool(self.options.epochs)
 
     def finished(self) -> bool:
         """Whether there is nothing left to train (a finished or early-stopped run run again)."""
@@ -270,7 +276,7 @@ def _chief_vocabulary(config: TransformerConfig, place: RunPlace, corpora: list,
     """The chief's ``(config, tokenizer)``: the run checked unchanged (resumed) or the source run's vocabulary
     taken (``--init_from``), the vocabulary made or read, ``config.json`` written, the workers told."""
     options, task, model_dir, cluster = place.options, place.task, place.model_dir, place.cluster
-    run = place.record(replicas)
+    run = place.record(config, replicas)  # the vocabulary size asked, before the made one's replaces it
     if place.resuming:
         resume.check_unchanged(model_dir, config, run, corpora)  # before config.json is rewritten
     elif place.source_dir:
@@ -279,7 +285,7 @@ def _chief_vocabulary(config: TransformerConfig, place: RunPlace, corpora: list,
     tokenizer = run_dir.make_vocabulary(
         model_dir,
         corpora[0],
-        options.vocab_size or config.vocab_size,
+        config.vocab_size,
         options.vocab_model_type,
         options.seed,
         # Every source's text, in the order given: a vocabulary for all the mixture trains on.
@@ -318,8 +324,9 @@ def _worker_vocabulary(config: TransformerConfig, place: RunPlace, replicas: int
     own options are the chief's (:func:`~tf_transformer.training.cluster.differing_options`)."""
     cluster, model_dir = place.cluster, place.model_dir
     stored, chief_run = cluster.follow_chief(model_dir, place.launch_token, place.options.worker_timeout)
+    run = place.record(config, replicas)  # the vocabulary size asked, as the chief recorded its own
     config = config.replace(vocab_size=stored.vocab_size)
-    cluster.agree_on_options(differing_options((stored, chief_run), (config, place.record(replicas))))
+    cluster.agree_on_options(differing_options((stored, chief_run), (config, run)))
     return config, place.task.tokenizer(run_dir.vocabulary_path(model_dir))
 
 
@@ -501,8 +508,8 @@ def finish(prepared: PreparedRun, seconds: float, history: dict, stopped_by: str
 def _batching(config: TransformerConfig, options: RunOptions, replicas: int, model_dir: str) -> dict:
     """How training and validation data are batched alike: budget, length filter, replicas, shapes, cache."""
     return dict(
-        tokens_per_batch=options.tokens_per_batch or config.tokens_per_batch,
-        max_train_length=options.max_train_length or config.max_train_length,
+        tokens_per_batch=config.tokens_per_batch,
+        max_train_length=config.max_train_length,
         num_replicas=replicas,
         pad_to_bucket_boundary=bool(options.jit_compile),
         cache_dir=run_dir.data_cache_dir(model_dir),
@@ -563,13 +570,10 @@ def dev_data(task: Task, tokenizer, config: TransformerConfig, options: RunOptio
 
 
 def total_micro_batches(config: TransformerConfig, options: RunOptions, steps_per_epoch: int) -> int:
-    """Micro-batches the run trains on: ``--train_steps`` updates, else ``--epochs``, else the preset's steps."""
-    accumulate = max(1, options.accumulate_steps)
-    if options.train_steps:
-        return options.train_steps * accumulate
+    """Micro-batches the run trains on: ``options.epochs`` epochs where given, else ``config.train_steps`` updates."""
     if options.epochs:
         return options.epochs * steps_per_epoch
-    return config.train_steps * accumulate
+    return config.train_steps * max(1, options.accumulate_steps)
 
 
 def update_count(total_micro: int, accumulate_steps: int) -> int:

@@ -25,7 +25,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from configs import TransformerConfig
+from configs import RUN_SETTINGS, TransformerConfig
 from pipelines import target_model_beside
 from tf_transformer import run_dir
 from tf_transformer.files import copy_file
@@ -58,9 +58,7 @@ TRAINING_FIELDS = frozenset(
         "label_smoothing",
         "warmup_steps",
         "learning_rate_scale",
-        "train_steps",
-        "tokens_per_batch",
-        "max_train_length",
+        *RUN_SETTINGS,
         "beam_size",
         "alpha",
         "max_extra_length",
