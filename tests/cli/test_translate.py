@@ -210,13 +210,13 @@ def test_translate_refuses_an_early_stop_rule_for_an_export(tmp_path):
 def test_a_run_directory_or_export_of_another_format_is_a_usage_error_naming_both(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.json").write_text('{"format": 0, "model": {}, "run": {}}')
+    (run / "config.json").write_text('{"format": 1, "model": {}, "run": {}}')  # written before RUN_FORMAT 2
     export = tmp_path / "export" / "1"
     (export / "assets.extra").mkdir(parents=True)
     (export / "saved_model.pb").write_bytes(b"")
     (export / "assets.extra" / "tf_transformer.json").write_text('{"format": 2}')
     for flag, path, says in (
-        ("--model_dir", run, f"{run / 'config.json'}: run directory format 0, this tf_transformer reads format 1"),
+        ("--model_dir", run, f"{run / 'config.json'}: run directory format 1, this tf_transformer reads format 2"),
         ("--model", export, "tf_transformer.json: export format 2, this tf_transformer reads format 1"),
     ):
         result = run_command("tft-translate", flag, str(path), input="zeta\n")
