@@ -114,3 +114,21 @@ def test_few_row_softmax_is_the_softmax():
     shifted = np.exp(scores - scores.max(axis=-1, keepdims=True))
     np.testing.assert_allclose(weights, shifted / shifted.sum(axis=-1, keepdims=True), rtol=2e-6, atol=1e-7)
     assert (weights[0, 0, 0, 3:] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("groups", [1, 8])  # Eigen's products, and oneDNN's for more than 16 hypotheses
+def test_attention_over_memory_and_cache_runs_in_every_float_type(dtype, groups):
+    """A mixed_float16 model's dev evaluation and a float16 export decode through these products:
+    BatchMatMulV3 has no float16 CPU kernel, so the search must not ask for one."""
+    heads, size, depth = 2, 4, 8
+    query = tf.cast(RNG.normal(size=(groups, heads, size, depth)), dtype)
+    key_t = tf.cast(RNG.normal(size=(groups, heads, depth, 5)), dtype)
+    value = tf.cast(RNG.normal(size=(groups, heads, 5, depth)), dtype)
+    out = transposed_key_attention(query, key_t, value, None)
+    assert out.dtype == query.dtype and out.shape == (groups, heads, size, depth)
+    key = tf.cast(RNG.normal(size=(2, groups, heads, 3, depth)), dtype)
+    blocked_value = tf.cast(RNG.normal(size=(2, groups, heads, 3, depth)), dtype)
+    mask = np.ones((groups, 1, size, 6), bool)
+    out = blocked_attention(query, key, blocked_value, tf.constant(mask))
+    assert out.dtype == query.dtype and np.isfinite(out.numpy().astype("float32")).all()

@@ -100,8 +100,15 @@ def blocked_attention(query, key, value, attention_mask):
     )
 
 
+# The float types ``BatchMatMulV3`` has a CPU kernel for (not float16: there it is ``BatchMatMulV2``'s).
+_EIGEN_PRODUCT_TYPES = (tf.float32, tf.bfloat16)
+
+
 def _eigen_matmul(x, y, transpose_b=False):
-    """``tf.linalg.matmul`` of batched operands by Eigen's kernel (``BatchMatMulV3``, not rewritten to oneDNN's)."""
+    """``tf.linalg.matmul`` of batched operands by Eigen's kernel (``BatchMatMulV3``, not rewritten to oneDNN's),
+    where the dtype has one on CPUs (:data:`_EIGEN_PRODUCT_TYPES`)."""
+    if in_xla() or x.dtype not in _EIGEN_PRODUCT_TYPES:
+        return tf.linalg.matmul(x, y, transpose_b=transpose_b)
     return tf.raw_ops.BatchMatMulV3(x=x, y=y, adj_y=transpose_b, Tout=x.dtype)
 
 
