@@ -12,6 +12,8 @@ INSTALL_REQUIRES = [
     "tensorflow-datasets==4.9.10",
     "sentencepiece==0.2.3",
     "sacrebleu==2.6.0",
+    # The Moses-tokenized BLEU of the Multi30k papers (tf_transformer/bleu.py): Moses' tokenizer, maintained port.
+    "sacremoses==0.2.0",
     "absl-py>=2.1",
     "numpy>=1.26,<3",
     # Attention figures (tft-attention) and TensorBoard's attention images during training.

@@ -108,7 +108,7 @@ def main(argv):
     import sentencepiece as spm
 
     from benchmarks.common import has_bfloat16_hardware, machine
-    from tf_transformer.bleu import read_test_set, score
+    from tf_transformer.bleu import language_of, read_test_set, score
     from tf_transformer.exporting.ctranslate2 import export_ctranslate2, import_ctranslate2
     from tf_transformer.run_dir import checkpoint_dir, checkpoints, load_run
 
@@ -201,11 +201,13 @@ def main(argv):
         "test_set": {},
     }
     for name, (per_second, outputs, p50) in test_set.items():
-        scores = score(outputs, references)
+        scores = score(outputs, references, language=language_of(FLAGS.ref))
         results["test_set"][name] = {
             "sentences_per_second": per_second,
             "p50_batch_ms": p50,
             "bleu": scores["bleu"],
+            "moses_bleu": scores.get("moses_bleu"),
+            "length_ratio": scores["length_ratio"],
             "chrf": scores["chrf"],
             "identical_to_ours": round(
                 sum(a == b for a, b in zip(outputs, test_set["ours_saved_model"][1], strict=True)) / len(outputs), 3

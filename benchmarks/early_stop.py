@@ -89,8 +89,11 @@ def main(argv):
         for rule in translate:
             same = sum(a == b for a, b in zip(outputs[rule], outputs["exact"], strict=True)) / len(sources)
             run, needed = (sum(pair) for pair in zip(*(steps_of[rule](batch) for batch in batches), strict=True))
+            scores = score(outputs[rule], references, language=FLAGS.tgt)
             results[name][rule] = {
-                "bleu": score(outputs[rule], references)["bleu"],
+                "bleu": scores["bleu"],
+                "moses_bleu": scores["moses_bleu"],
+                "length_ratio": scores["length_ratio"],
                 "identical_to_exact": round(same, 4),
                 "sentences_per_second": round(len(sources) / seconds[rule], 2),
                 "steps_run_per_batch": round(run / len(batches), 2),

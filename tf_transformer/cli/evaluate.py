@@ -6,8 +6,9 @@
     tft-evaluate --model saved_models/ptb/1 --ref dev.mrg      # a parser: the words of the gold trees
 
 The task comes from the export or the run. Translation scores detokenized,
-cased text by default (sacreBLEU's signature is printed); ``--lowercase
---tokenize 13a`` matches how most published tokenized BLEU is computed. A
+cased text by default (sacreBLEU's signature is printed), and beside it the
+BLEU of the Multi30k papers, on lowercased Moses tokens of ``--tgt``'s language
+(``moses_bleu``); ``--lowercase --tokenize 13a`` is sacreBLEU's ``-lc``. A
 parser's ``--src`` holds one tokenized sentence per line and ``--ref`` its
 gold trees (without ``--src``, the gold trees' own words are parsed);
 outputs are repaired into trees first (docs/parsing.md). The last line is
@@ -42,6 +43,9 @@ flags.DEFINE_string(
 flags.DEFINE_string("output", None, "Write the hypotheses here (default: print none).")
 flags.DEFINE_bool("lowercase", False, "Lowercase before BLEU (translation).")
 flags.DEFINE_string("tokenize", None, "sacreBLEU tokenizer (13a, intl, none, …; translation; default 13a).")
+flags.DEFINE_string(
+    "tgt", None, "Language of --ref for the Moses-tokenized BLEU (translation; default: --ref's suffix, test.de → de)."
+)
 define_decoding_flags(("beam_size", "alpha"), " (--model_dir only)")
 define_batch_flags()
 define_constrained_flag(" --model_dir only; an export fixes its own.")
@@ -58,9 +62,15 @@ def main(argv):
     task = model_task(FLAGS.model, FLAGS.model_dir)
     constrain = constrained(task)
     metric_options = {"lowercase": FLAGS.lowercase, "tokenize": FLAGS.tokenize or "13a"}
-    if task.metric != "bleu":
-        if FLAGS.lowercase or FLAGS.tokenize:
-            raise app.UsageError(f"--lowercase and --tokenize are sacreBLEU's: this model's task is {task.name}")
+    if task.metric == "bleu":
+        from tf_transformer.bleu import language_of
+
+        metric_options["language"] = FLAGS.tgt or language_of(FLAGS.ref)
+        if not metric_options["language"]:
+            print(f"no Moses-tokenized BLEU: {FLAGS.ref} names no language, pass --tgt", file=sys.stderr)
+    else:
+        if FLAGS.lowercase or FLAGS.tokenize or FLAGS.tgt:
+            raise app.UsageError(f"--lowercase, --tokenize and --tgt are BLEU's: this model's task is {task.name}")
         metric_options = {}
     sources, references = read_test_set(task, FLAGS.model, FLAGS.src, FLAGS.ref, "--ref")
 

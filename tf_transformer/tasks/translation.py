@@ -26,7 +26,8 @@ class Translation(Task):
         return read_test_set(source_path, reference_path)
 
     def summary(self, result: dict) -> str:
-        return f"BLEU {result['bleu']:.2f} ({result['signature']})  chrF {result['chrf']:.2f}"
+        moses = f"  Moses-tokenized BLEU {result['moses_bleu']:.2f}" if "moses_bleu" in result else ""
+        return f"BLEU {result['bleu']:.2f} ({result['signature']})  chrF {result['chrf']:.2f}{moses}"
 
     def score(self, sources: list[str], outputs: list[str], references: list[str], **options) -> dict:
         return bleu_score(outputs, references, **options)
