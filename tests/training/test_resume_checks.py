@@ -44,6 +44,22 @@ def runs(tmp_path_factory, corpus):
     return root
 
 
+def test_a_run_leaves_the_callers_precision_so_what_is_built_next_computes_in_float32(corpus, tmp_path):
+    """make demo and benchmarks.quality export in the process that trained: the export recorded the run's
+    mixed precision (float32 weights cast every step) where tft-export in a new process writes float32."""
+    import keras
+
+    from tf_transformer.exporting.saved_model import export_run
+
+    keras.config.set_dtype_policy("float32")
+    run = tmp_path / "run"
+    train(tiny_config(train_steps=1), _options(corpus, precision="mixed_bfloat16"), str(run))
+    assert keras.config.dtype_policy().name == "float32"
+    export = tmp_path / "export" / "1"
+    export_run(str(run), str(export), alignment_layer=None, request_signatures=False)
+    assert json.loads((export / "assets.extra" / "tf_transformer.json").read_text())["dtype"] == "float32"
+
+
 @pytest.fixture
 def copy_run(runs, tmp_path):
     def copy(precision="float32"):

@@ -36,7 +36,19 @@ def train(config: TransformerConfig, options: RunOptions, model_dir: str, budget
 
     ``budget_start``: the ``time.perf_counter()`` from which ``options.max_minutes``
     counts (e.g. before the data was prepared); by default the first step.
+    The run's precision is Keras' global dtype policy while it trains; the caller's
+    is restored on return, so that a model built next in the same process (an
+    export, a dev translation) computes as it would in a new one, not in the
+    run's mixed precision.
     """
+    policy = keras.config.dtype_policy()
+    try:
+        return _train(config, options, model_dir, budget_start)
+    finally:
+        keras.config.set_dtype_policy(policy)
+
+
+def _train(config: TransformerConfig, options: RunOptions, model_dir: str, budget_start: float | None) -> dict:
     # First: MultiWorkerMirroredStrategy must configure collectives before TensorFlow starts.
     strategy = make_strategy(options.strategy)
     keras.utils.set_random_seed(options.seed)  # initialization and dropout; data order uses the seed too
