@@ -28,16 +28,20 @@ RNG = np.random.default_rng(5)
         ({"pre_norm": True, "position": "learned"}, None, 1e-4),
         ({"attention_bias": True, "key_dim": 8, "value_dim": 12}, None, 1e-4),  # fused q|k|v of unequal widths
         ({"encoder_layers": 3, "decoder_layers": 1}, None, 1e-4),  # a deep encoder, a shallow decoder
-        ({}, "mixed_bfloat16", 3e-2),  # decoding kernels cast once per search instead of per call
+        # Decoding kernels cast once per search instead of per call; the cache's self-attention products run
+        # in another kernel (Eigen's, few rows) than the full pass's (oneDNN's), each rounding to bfloat16 in its
+        # own places: up to 0.041 apart on logits of magnitude ~2, a few units in bfloat16's last place (2^-7).
+        ({}, "mixed_bfloat16", 5e-2),
     ],
 )
 def test_cached_steps_equal_the_full_forward_pass(overrides, dtype, atol):
     model = build_transformer(get_config("tiny", **overrides), dtype=dtype)
     decoding = IncrementalDecoder(model)
-    source = RNG.integers(4, 256, (2, 7)).astype("int32")
+    rng = np.random.default_rng(5)  # the same inputs whichever tests ran before
+    source = rng.integers(4, 256, (2, 7)).astype("int32")
     source[1, 5:] = 0  # padding: zero memory keys and values there when packed, masked either way
     # 12 positions: past the first cache block of 8, in a cache of 13 (not a whole number of blocks).
-    targets = np.concatenate([np.full((2, 1), BOS_ID), RNG.integers(4, 256, (2, 11))], axis=1).astype("int32")
+    targets = np.concatenate([np.full((2, 1), BOS_ID), rng.integers(4, 256, (2, 11))], axis=1).astype("int32")
     full = np.asarray(model({"inputs": source, "targets": targets}, training=False))  # [2, 12, vocab]
     # As a Translator decodes (projections of real tokens only, zeros at padding) and from the padded encoder.
     for packed in (True, False):
