@@ -29,13 +29,13 @@ flags.DEFINE_string("tgt", "de", "Target language.")
 flags.DEFINE_string("dev", "val", "Dev split: validation during training and the averaging choice.")
 flags.DEFINE_string("test", "test_2016_flickr", "Test split, only for reporting.")
 flags.DEFINE_string("key", "test2016", "Suffix of the test scores' JSON keys.")
-flags.DEFINE_string("config", "small", "Preset.")
+flags.DEFINE_string("config", "multi30k", "Preset.")
 flags.DEFINE_multi_string("set", [], "Config overrides, e.g. --set dropout=0.2.")
 flags.DEFINE_integer("tokens_per_batch", None, "Tokens per batch and side (default: the preset's).")
 flags.DEFINE_integer("vocab_size", None, "Shared SentencePiece vocabulary (default: the preset's).")
 flags.DEFINE_float("minutes", 40.0, "Wall-clock training budget, vocabulary and data preparation included.")
 flags.DEFINE_integer("checkpoint_every", 200, "Checkpoint interval in steps.")
-flags.DEFINE_list("average", ["1", "3", "5", "8"], "Numbers of last checkpoints to try averaging (chosen on dev).")
+flags.DEFINE_list("average", ["1", "5", "10"], "Numbers of last checkpoints to try averaging (chosen on dev).")
 flags.DEFINE_string("precision", "auto", "Training precision (auto: bfloat16 where the CPU computes in it).")
 flags.DEFINE_string("model_dir", None, "Run directory (default: runs/quality_<corpus>_<src>_<tgt>).")
 flags.DEFINE_integer("seed", 1, "Seed.")
@@ -94,7 +94,7 @@ def main(argv):
 
     def evaluate(checkpoint):
         nbests = translate_with_checkpoint(model_dir, dev_src, 64, checkpoint=checkpoint)
-        return score([nbest[0][0] for nbest in nbests], dev_ref)
+        return score([nbest[0][0] for nbest in nbests], dev_ref, language=FLAGS.tgt)
 
     best, dev_scores = choose_averaging(model_dir, FLAGS.average, evaluate, "bleu")
     dev_result, checkpoint, _ = dev_scores[best]
@@ -109,17 +109,24 @@ def main(argv):
     decode_seconds = time.perf_counter() - decode_start
     with open(os.path.join(model_dir, f"{FLAGS.test}.hyp.{FLAGS.tgt}"), "w", encoding="utf-8") as handle:
         handle.write("\n".join(hypotheses) + "\n")
-    test = score(hypotheses, test_ref)
+    test = score(hypotheses, test_ref, language=FLAGS.tgt)
     key = FLAGS.key
     result = {
         "corpus": corpus,
         "direction": f"{FLAGS.src}-{FLAGS.tgt}",
         f"sacrebleu_{key}": test["bleu"],
         f"lc_tok_bleu_{key}": test["lc_tok_bleu"],
+        f"moses_bleu_{key}": test["moses_bleu"],
+        f"length_ratio_{key}": test["length_ratio"],
+        f"moses_length_ratio_{key}": test["moses_length_ratio"],
         f"chrf_{key}": test["chrf"],
         "signature": test["signature"],
         f"sacrebleu_{FLAGS.dev}": dev_result["bleu"],
         f"chrf_{FLAGS.dev}": dev_result["chrf"],
+        f"moses_bleu_{FLAGS.dev}": dev_result["moses_bleu"],
+        f"length_ratio_{FLAGS.dev}": dev_result["length_ratio"],
+        "alpha": config.alpha,
+        "beam_size": config.beam_size,
         "dev_bleu_by_averaged": {str(n): s["bleu"] for n, (s, _, _) in dev_scores.items()},
         "averaged": best,
         "test_decode_seconds": round(decode_seconds, 1),

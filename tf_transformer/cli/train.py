@@ -40,7 +40,7 @@ flags.DEFINE_enum(
     "config",
     "small",
     preset_names(),
-    "Preset: tiny, small, base, big or a Table 3 row (with --init_from, by default: that run's model).",
+    "Preset: tiny, small, multi30k, base, big or a Table 3 row (with --init_from, by default: that run's model).",
 )
 flags.DEFINE_multi_string(
     "data",

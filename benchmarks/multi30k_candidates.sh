@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The runs behind the `multi30k` preset (docs/training.md#the-multi30k-recipe): each candidate
+# trains within a CPU time budget and is scored on Multi30k's validation set only (the
+# "test" split of benchmarks.quality is val here; test2016 is scored once, by multi30k.sh
+# and make demo, for the preset chosen). Last line: one JSON object.
+#
+#   benchmarks/multi30k_candidates.sh small 2     # candidate, seed
+#   .venv/bin/python -m benchmarks.decode_settings --model_dir runs/candidates/small_s2 \
+#       --checkpoint runs/candidates/small_s2/averaged_5/ckpt --grid 4:0.6,4:1.0,4:1.4,4:1.7,4:2.0,5:2.0,4:2.3,4:3.0
+#
+# Candidates:
+#   small     today's `small` at make demo's budget (18 minutes)
+#   anchor    the fairseq transformer_tiny of Wu et al. (2021), 41.02 on test2016: d_model 128,
+#             FFN 256, 4 heads, 4+4 layers, dropout 0.3, peak learning rate 0.005 after 2,000
+#             updates (0.005 = 2.53 · 128^-0.5 · 2000^-0.5), at make demo's budget
+#   anchor40  the same at benchmarks.quality's budget (40 minutes)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NAME="${1:?usage: benchmarks/multi30k_candidates.sh small|anchor|anchor40 [SEED]}"
+SEED="${2:-1}"
+DATA="${DATA:-../shared/data/multi30k}"
+if [ ! -d "$DATA" ]; then
+  echo "multi30k_candidates.sh: $DATA not found (see ../shared/data/README.md)" >&2
+  exit 2
+fi
+ANCHOR=(--config small --set d_model=128 --set d_ff=256 --set num_layers=4 --set num_heads=4
+  --set dropout=0.3 --set warmup_steps=2000 --set learning_rate_scale=2.53)
+case "$NAME" in
+  small) FLAGS=(--config small --minutes 18 --checkpoint_every 100) ;;
+  anchor) FLAGS=("${ANCHOR[@]}" --minutes 18) ;;
+  anchor40) FLAGS=("${ANCHOR[@]}" --minutes 40) ;;
+  *) echo "multi30k_candidates.sh: unknown candidate $NAME (small, anchor, anchor40)" >&2; exit 2 ;;
+esac
+make -s .venv/.installed
+export TF_CPP_MIN_LOG_LEVEL=2
+exec .venv/bin/python -m benchmarks.quality --data "$DATA" --src en --tgt de --dev val --test val --key val \
+  --average 1,5,10 --seed "$SEED" --model_dir "runs/candidates/${NAME}_s${SEED}" "${FLAGS[@]}"
