@@ -39,13 +39,11 @@ def parse_grid(grid: list[str]) -> list[tuple[int, float]]:
     """``["4:0.6", "5:2"]`` → ``[(4, 0.6), (5, 2.0)]``; a malformed pair is a usage error naming it."""
     pairs = []
     for item in grid:
-        beam, sep, alpha = item.partition(":")
         try:
+            beam, alpha = item.split(":")
             pairs.append((int(beam), float(alpha)))
         except ValueError:
-            sep = ""
-        if not sep:
-            raise app.UsageError(f"--grid {item!r}: expected BEAM:ALPHA, e.g. 4:0.6")
+            raise app.UsageError(f"--grid {item!r}: expected BEAM:ALPHA, e.g. 4:0.6") from None
     return pairs
 
 
