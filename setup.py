@@ -26,6 +26,10 @@ INSTALL_REQUIRES = [
     # tft-serve: HTTP/1.1 (keep-alive, pipelining, chunked bodies) on one event loop, and the Prometheus metrics.
     "aiohttp>=3.9,<4",  # 3.9: AppRunner's graceful stop (shutdown_timeout)
     "prometheus-client==0.26.0",
+    # tft-serve's gRPC API and model config file, and the export's warmup requests: TF Serving's own protos
+    # (the release matching TensorFlow's), served on grpcio.
+    "tensorflow-serving-api==2.21.0",
+    "grpcio>=1.60,<2",
 ]
 
 EXTRAS_REQUIRE = {

@@ -24,7 +24,14 @@ class ServingOptions:
     """How ``tft-serve`` listens, batches and bounds what one client may take (docs/serving.md)."""
 
     host: str = _option("127.0.0.1", "Address to listen on.")
-    port: int = _option(8501, "Port (TF Serving's REST default is 8501; 0: any free one).", 0)
+    port: int = _option(8500, "gRPC port (TF Serving's --port; 0: any free one).", 0)
+    rest_api_port: int = _option(8501, "REST port (TF Serving's; 0: any free one, where TF Serving turns REST off).", 0)
+    grpc_max_threads: int = _option(
+        64, "Threads answering gRPC calls; a call waiting for its batch holds one (TF Serving's).", 1
+    )
+    model_config_file_poll_wait_seconds: float = _option(
+        0.0, "How often --model_config_file is read again for added, removed or changed models (0: never).", 0.0
+    )
     enable_batching: bool = _option(True, "Merge concurrent requests into one decoding batch (TF Serving's).")
     max_batch_size: int = _option(
         64, "Most sentences a request may carry, and a merged batch with --enable_batching.", 1

@@ -57,7 +57,7 @@ def test_status_metadata_readiness(server):
     assert default["inputs"]["inputs"]["tensor_shape"]["dim"][0]["size"] == "-1"
     assert {k: v["dtype"] for k, v in default["outputs"].items()} == {"translations": "DT_STRING", "scores": "DT_FLOAT"}
     assert signatures["translate_ids"]["inputs"]["inputs"]["dtype"] == "DT_INT32"
-    assert server.get("/readyz") == (200, {"ready": True, "model": NAME})
+    assert server.get("/readyz") == (200, {"ready": True, "models": [NAME]})
     assert server.get("/healthz")[0] == 200
 
 

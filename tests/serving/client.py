@@ -19,14 +19,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def request(port, method, path, body=None, raw=None, timeout=120):
-    """``(status, JSON answer)`` of one request on a new connection."""
+def request(port, method, path, body=None, raw=None, timeout=120, parse=True):
+    """``(status, JSON answer)`` of one request on a new connection (``parse=False``: the answer's text)."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     payload = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     try:
         connection.request(method, path, body=payload, headers={"Content-Type": "application/json"})
         response = connection.getresponse()
-        return response.status, json.loads(response.read().decode())
+        text = response.read().decode()
+        return response.status, json.loads(text) if parse else text
     finally:
         connection.close()
 
@@ -54,16 +55,28 @@ def responses(data: bytes) -> list[tuple[int, dict]]:
     return found
 
 
+def _speaks_grpc(checkout) -> bool:
+    with open(os.path.join(checkout, "configs", "serving.py"), encoding="utf-8") as handle:
+        return "rest_api_port" in handle.read()
+
+
 class Server:
-    """``tft-serve --model MODEL`` on a free port of 127.0.0.1, waited for until ready.
+    """``tft-serve --model MODEL`` on free ports of 127.0.0.1 (REST: ``port``), waited for until ready.
+
+    ``model=None``: the models are named in ``flags`` (``--model_config_file``).
 
     ``checkout``: run another checkout's tft-serve (its directory first on the
     module path) with this environment's packages, e.g. to compare versions.
     """
 
     def __init__(self, model, *flags, startup_seconds=180, checkout=None):
-        self.name = os.path.basename(os.path.abspath(str(model)))  # the model's name in URLs
-        self.port = free_port()
+        self.name = os.path.basename(os.path.abspath(str(model))) if model is not None else None  # in URLs
+        models = ["--model", os.path.abspath(str(model))] if model is not None else []
+        self.port = free_port()  # REST's
+        self.grpc_port = free_port()
+        ports = ["--rest_api_port", str(self.port), "--port", str(self.grpc_port)]
+        if checkout is not None and not _speaks_grpc(checkout):  # a checkout from before gRPC: --port was REST's
+            ports, self.grpc_port = ["--port", str(self.port)], None
         self._log = tempfile.TemporaryFile()  # the server's standard error, read only if it fails to start
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
         command = [os.path.join(BIN, "tft-serve")]
@@ -71,7 +84,7 @@ class Server:
             env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(checkout), env.get("PYTHONPATH", "")]).rstrip(":")
             command = [sys.executable, "-m", "tf_transformer.cli.serve"]
         self.process = subprocess.Popen(
-            [*command, "--model", os.path.abspath(str(model)), "--port", str(self.port), *flags],
+            [*command, *models, *ports, *flags],
             stdout=subprocess.DEVNULL,
             stderr=self._log,
             env=env,
@@ -126,7 +139,8 @@ def in_process(export, **options):
     from configs.serving import ServingOptions
     from tf_transformer.serving import make_server
 
-    started = make_server(str(export), ServingOptions(port=0, file_system_poll_wait_seconds=0, **options))
+    options = {"port": 0, "rest_api_port": 0, "file_system_poll_wait_seconds": 0, **options}
+    started = make_server(str(export), ServingOptions(**options))
     threading.Thread(target=started.serve_forever, daemon=True).start()
     try:
         assert started.versions.wait_loaded(300)

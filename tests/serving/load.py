@@ -73,3 +73,33 @@ def run_load(port, name, sentences, overlong, max_request_bytes, clients, reques
             for c in range(clients)
         ]
         return [row for future in futures for row in future.result()]
+
+
+def run_grpc_client(port, name, sentences, requests, seed):
+    """``[(sentence index, translation, seconds)]`` of one gRPC client's single-sentence Predicts (one channel)."""
+    import grpc
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    rng = random.Random(seed)
+    results = []
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        for _ in range(requests):
+            index = rng.randrange(len(sentences))
+            message = predict_pb2.PredictRequest()
+            message.model_spec.name = name
+            message.inputs["inputs"].CopyFrom(tf.make_tensor_proto(np.array([sentences[index].encode()], object)))
+            start = time.perf_counter()
+            answer = stub.Predict(message, timeout=120)
+            seconds = time.perf_counter() - start
+            results.append((index, answer.outputs["translations"].string_val[0].decode(), seconds))
+    return results
+
+
+def run_grpc_load(port, name, sentences, clients, requests, seed=0):
+    """Every gRPC client's results, the clients running at once (the good requests of :func:`run_load`'s seeds)."""
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        futures = [pool.submit(run_grpc_client, port, name, sentences, requests, seed + c) for c in range(clients)]
+        return [row for future in futures for row in future.result()]

@@ -1,7 +1,6 @@
 """RestServer with a stand-in model: bounded connections, graceful stop, answers while loading (no TensorFlow)."""
 
 import concurrent.futures
-import functools
 import socket
 import threading
 import time
@@ -13,8 +12,10 @@ from hypothesis import given, settings
 from configs.serving import ServingOptions
 from tests.serving.bodies import raw_bodies
 from tests.serving.client import raw_exchange, request, responses
-from tf_transformer.serving import http_server
+from tf_transformer.serving import make_server
+from tf_transformer.serving.core import ServingCore
 from tf_transformer.serving.http_server import RestServer
+from tf_transformer.serving.models import ModelRegistry
 from tf_transformer.serving.versions import ModelVersions
 
 
@@ -38,11 +39,12 @@ class SlowModel:
 class Versions:
     name = "m"
     ready = True
+    first_load_ended = True
 
     def __init__(self, model):
         self.model = model
 
-    def servable(self, version=None):
+    def servable(self, version=None, label=None):
         return self.model
 
     def status(self, version=None):
@@ -57,8 +59,10 @@ class Versions:
 
 def start(model, batching=False, **options):
     """A server of ``model`` on a free port, serving in a thread (``options``: ``ServingOptions`` fields)."""
-    options = ServingOptions(port=0, enable_batching=batching, max_batch_size=8, num_batch_threads=1, **options)
-    server = RestServer(Versions(model), options)
+    options = ServingOptions(
+        port=0, rest_api_port=0, enable_batching=batching, max_batch_size=8, num_batch_threads=1, **options
+    )
+    server = RestServer(ServingCore(ModelRegistry([Versions(model)]), options))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     return server, server.server_address[1]
@@ -159,8 +163,9 @@ def test_answers_while_the_model_loads_then_becomes_ready(tmp_path, monkeypatch)
         assert release.wait(10), "make_server waited for the load"
         return SlowModel()
 
-    monkeypatch.setattr(http_server, "ModelVersions", functools.partial(ModelVersions, load=slow_load))
-    server = http_server.make_server(str(tmp_path / "m"), ServingOptions(port=0, file_system_poll_wait_seconds=0))
+    from_path = classmethod(lambda cls, path, name=None: cls([ModelVersions(path, name, slow_load)]))
+    monkeypatch.setattr(ModelRegistry, "from_path", from_path)
+    server = make_server(str(tmp_path / "m"), ServingOptions(port=0, rest_api_port=0, file_system_poll_wait_seconds=0))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
     try:
@@ -174,7 +179,7 @@ def test_answers_while_the_model_loads_then_becomes_ready(tmp_path, monkeypatch)
 
         release.set()
         assert server.versions.wait_loaded(10)
-        assert request(port, "GET", "/readyz", timeout=10) == (200, {"ready": True, "model": "m"})
+        assert request(port, "GET", "/readyz", timeout=10) == (200, {"ready": True, "models": ["m"]})
         assert request(port, "GET", "/v1/models/m", timeout=10) == (
             200,
             {"model_version_status": [{**version, "state": "AVAILABLE"}]},
@@ -205,11 +210,12 @@ class BigAnswer:
 
 
 def test_an_answer_over_max_response_bytes_is_413_naming_the_limit():
-    server, port = start(BigAnswer(2_000_000), max_response_bytes=1_000_000)
+    big = BigAnswer(2_000_000)
+    server, port = start(big, max_response_bytes=1_000_000)
     try:
         status, reply = request(port, "POST", "/v1/models/m:predict", {"instances": ["a"]}, timeout=30)
         assert status == 413 and "max_response_bytes" in reply["error"] and "1000000" in reply["error"], reply
-        server.versions.model.size = 10
+        big.size = 10
         status, reply = request(port, "POST", "/v1/models/m:predict", {"instances": ["a", "b"]}, timeout=30)
         assert status == 200 and reply == {"predictions": [{"translations": "x" * 10}] * 2}
     finally:
@@ -436,17 +442,20 @@ def test_metrics_count_requests_batches_and_versions():
         def value(name, **labels):
             return samples[(name, tuple(sorted({"model": "m", **labels}.items())))]
 
-        assert value("tft_serving_requests_total", api="predict", signature="serving_default", status="200") == 3
-        assert value("tft_serving_requests_total", api="predict", signature="", status="400") == 1
-        assert value("tft_serving_requests_total", api="status", signature="", status="404") == 1
-        assert value("tft_serving_requests_total", api="other", signature="", status="404") == 1
-        assert value("tft_serving_request_latency_seconds_count", api="predict", signature="serving_default") == 3
+        def served(name, **labels):  # a request's series: the model it named, REST
+            return value(name, protocol="rest", **labels)
+
+        assert served("tft_serving_requests_total", api="predict", signature="serving_default", status="200") == 3
+        assert served("tft_serving_requests_total", api="predict", signature="", status="400") == 1
+        assert served("tft_serving_requests_total", api="status", signature="", status="404", model="other") == 1
+        assert served("tft_serving_requests_total", api="other", signature="", status="404", model="") == 1
+        assert served("tft_serving_request_latency_seconds_count", api="predict", signature="serving_default") == 3
         assert value("tft_serving_batch_size_sum") == 6  # three batches of two sentences (one request each)
         assert value("tft_serving_batch_size_count") == 3
         assert value("tft_serving_queue_wait_seconds_count") == 3
         assert value("tft_serving_model_version_state", version="1", state="AVAILABLE") == 1
         assert value("tft_serving_model_load_seconds", version="1") == 0.5
-        assert value("tft_serving_open_connections") == 1  # this scrape's
+        assert samples[("tft_serving_open_connections", ())] == 1  # this scrape's
     finally:
         server.stop()
 

@@ -27,7 +27,9 @@ BATCH = 6
 @pytest.fixture(scope="module")
 def served(tiny_export):
     """tft-serve's server in this process over ``tiny_export``; the sizes of the batches its model ran."""
-    options = ServingOptions(port=0, max_batch_size=BATCH, batch_timeout_micros=30_000_000, num_batch_threads=1)
+    options = ServingOptions(
+        port=0, rest_api_port=0, max_batch_size=BATCH, batch_timeout_micros=30_000_000, num_batch_threads=1
+    )
     server = make_server(str(tiny_export), options)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:

@@ -31,4 +31,4 @@ def test_values_below_a_bound_are_refused_naming_the_option():
         ServingOptions(num_batch_threads=0)
     with pytest.raises(ValueError, match="batch_timeout_micros"):
         ServingOptions(batch_timeout_micros=-1)
-    assert ServingOptions(port=0, batch_timeout_micros=0).timeout_seconds == 30.0
+    assert ServingOptions(port=0, rest_api_port=0, batch_timeout_micros=0).timeout_seconds == 30.0

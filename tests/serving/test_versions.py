@@ -109,3 +109,20 @@ def test_a_version_of_another_export_format_fails_to_load_saying_so(tmp_path):
     with pytest.raises(FileNotFoundError, match="could be loaded") as refused:
         ModelVersions(str(base)).start(0)
     assert f"{old / EXPORT_INFO}: export format 0, this tf_transformer reads format 1" in str(refused.value)
+
+
+def test_latest_two_takes_the_next_version_when_one_fails_and_retires_old_ones_after_loads(tmp_path):
+    from tf_transformer.serving.versions import VersionPolicy
+
+    base = tmp_path / "m"
+    for number in (1, 2, 3):
+        add_version(base, number)
+    add_version(base, 4, broken=True)
+    versions = ModelVersions(str(base), load=Loaded, policy=VersionPolicy("latest", 2))
+    versions.start(poll_seconds=0)
+    assert [s.version for s in versions.served()] == [3, 2]  # 4 failed: 2 takes its place in the same poll
+    assert states(versions)["4"] == ("END", "UNKNOWN")
+    add_version(base, 5)
+    versions.poll()
+    assert [s.version for s in versions.served()] == [5, 3]
+    assert states(versions)["2"] == ("END", "OK") and versions.servable().version == 5

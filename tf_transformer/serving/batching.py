@@ -29,7 +29,7 @@ from collections.abc import Callable
 from absl import logging
 
 from configs.serving import ServingOptions
-from tf_transformer.serving.rest_api import Unavailable
+from tf_transformer.serving.rest_api import QueueFull, Unavailable
 
 
 @dataclasses.dataclass
@@ -40,14 +40,15 @@ class _Task:
     fit: Callable[[dict], dict] | None  # this request's share of a batch's outputs → a lone call's
     future: concurrent.futures.Future
     arrived: float
+    model: str = ""  # the model's name, for the metrics
 
 
 class BatchScheduler:
     """Merges the rows of concurrent :meth:`submit` calls with the same key into batches of ``run`` calls."""
 
-    def __init__(self, options: ServingOptions, observe: Callable[[int, list[float]], None] | None = None):
-        """Batches as ``options`` says (its batching fields); ``observe(sentences, waits)`` is told of each batch
-        as it starts: its size and each request's wait."""
+    def __init__(self, options: ServingOptions, observe: Callable[[str, int, list[float]], None] | None = None):
+        """Batches as ``options`` says (its batching fields); ``observe(model, sentences, waits)`` is told of each
+        batch as it starts: its model's name (given to :meth:`submit`), its size and each request's wait."""
         self.max_batch_size = options.max_batch_size
         self.timeout = options.batch_timeout_micros / 1e6
         self.max_queued_rows = options.max_queued_rows
@@ -64,7 +65,12 @@ class BatchScheduler:
             thread.start()
 
     def submit(
-        self, key, run: Callable[[list], dict], rows: list, fit: Callable[[dict], dict] | None = None
+        self,
+        key,
+        run: Callable[[list], dict],
+        rows: list,
+        fit: Callable[[dict], dict] | None = None,
+        model: str = "",
     ) -> concurrent.futures.Future:
         """Queues ``rows``; the future gives ``run``'s outputs for exactly these rows (first axis).
 
@@ -79,8 +85,8 @@ class BatchScheduler:
             if self._stopping:
                 raise Unavailable("The server is stopping; retry")
             if self._queued_rows + len(rows) > self.max_queued_rows:
-                raise Unavailable(f"The batching queue is full ({self._queued_rows} sentences waiting); retry later")
-            self._queue.append(_Task(key, run, rows, fit, future, time.monotonic()))
+                raise QueueFull(f"The batching queue is full ({self._queued_rows} sentences waiting); retry later")
+            self._queue.append(_Task(key, run, rows, fit, future, time.monotonic(), model))
             self._queued_rows += len(rows)
             self._changed.notify_all()
         return future
@@ -125,7 +131,8 @@ class BatchScheduler:
             if live and self.observe is not None:
                 now = time.monotonic()
                 try:  # never let counting stop the batch thread: its callers would wait for ever
-                    self.observe(sum(len(task.rows) for task in live), [now - task.arrived for task in live])
+                    waits = [now - task.arrived for task in live]
+                    self.observe(live[0].model, sum(len(task.rows) for task in live), waits)
                 except Exception:
                     logging.exception("observing a batch failed")
             if live:

@@ -1,11 +1,11 @@
 """TF Serving's REST API on aiohttp's web server, with the limits real traffic needs.
 
-  GET  /v1/models/<name>[/versions/<v>]               version status (TF Serving's)
-  GET  /v1/models/<name>[/versions/<v>]/metadata      signatures (TF Serving's)
-  POST /v1/models/<name>[/versions/<v>]:predict       TF Serving's predict (:mod:`.rest_api`)
+  GET  /v1/models/<name>[/versions/<v>|/labels/<l>]            version status (TF Serving's)
+  GET  /v1/models/<name>[/versions/<v>|/labels/<l>]/metadata   signatures (TF Serving's)
+  POST /v1/models/<name>[/versions/<v>|/labels/<l>]:predict    TF Serving's predict (:mod:`.rest_api`)
   GET  /monitoring/prometheus/metrics                 Prometheus metrics (TF Serving's path, :mod:`.metrics`)
   GET  /healthz                                       200 while the process serves HTTP
-  GET  /readyz                                        200 once a version is loaded, 503 before and when stopping
+  GET  /readyz                                        200 once the models are loaded, 503 before and when stopping
 
 aiohttp does the HTTP: HTTP/1.1 with keep-alive, pipelining and chunked bodies
 on one event loop (an idle connection costs a socket, no thread); routing (its
@@ -40,25 +40,19 @@ of the server. docs/serving.md says why aiohttp and what to expect.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
-import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
 
 from absl import logging
 from aiohttp import HttpVersion11, web
 
-from configs.serving import ServingOptions
 from tf_transformer.exporting.export_info import graph_error
 from tf_transformer.serving import metrics as metrics_lib
-from tf_transformer.serving.batching import BatchScheduler
+from tf_transformer.serving.core import ServingCore
 from tf_transformer.serving.rest_api import (
     ClientError,
-    NotFound,
-    Unavailable,
     encode_response,
     parse_json,
     parse_predict,
@@ -67,11 +61,12 @@ from tf_transformer.serving.versions import ModelVersions
 
 _MODEL = "/v1/models/{name:[^/:]+}"
 _VERSION = "/versions/{version:[0-9]{1,18}}"
+_LABEL = "/labels/{label:[^/:]+}"
 LINGER_SECONDS = 0.5  # after an answer, how long the unread rest of its body is read (aiohttp's lingering close)
 MAX_REFUSING = 64  # 503s being written at once; beyond, a connection over the limit is closed unanswered
 INLINE_BYTES = 64 << 10  # JSON up to this size is parsed or encoded on the event loop: a thread hop costs more
 BACKLOG = 128  # connections the kernel holds before they are accepted
-# The metric labels of the request being answered: the route's name as its API, and a predict's signature.
+# The metric labels of the request being answered: its model, the route's name as its API, a predict's signature.
 _LABELS: contextvars.ContextVar[dict] = contextvars.ContextVar("labels")
 
 
@@ -79,22 +74,22 @@ class RestServer:
     """The HTTP server: binds at once; :meth:`serve_forever` serves, :meth:`stop` (any thread) ends it gracefully.
 
     Args:
-      versions: the model's versions (:class:`~.versions.ModelVersions`).
-      options: how to listen, batch and bound requests; batching merges
-        requests when ``options.enable_batching``.
+      core: the models, batching queue and metrics (:class:`~.core.ServingCore`),
+        shared with the gRPC server; ``core.options`` say how to listen
+        (``rest_api_port``) and bound requests.
     """
 
-    def __init__(self, versions: ModelVersions, options: ServingOptions):
-        self.versions = versions
-        self.options = options
-        self.metrics = metrics_lib.ServingMetrics(versions)
-        self.socket = socket.create_server((options.host, options.port), backlog=BACKLOG)
+    def __init__(self, core: ServingCore):
+        self.core = core
+        self.models = core.models
+        self.options = options = core.options
+        self.metrics = core.metrics
+        self.socket = socket.create_server((options.host, options.rest_api_port), backlog=BACKLOG)
         self.server_address = self.socket.getsockname()[:2]
-        self.scheduler = BatchScheduler(options, self.metrics.batch) if options.enable_batching else None
-        self._pool = concurrent.futures.ThreadPoolExecutor(options.rest_api_num_threads, thread_name_prefix="http")
+        self._pool = core.pool
         self.app = self._application()
         self._connections: web.Server | None = None  # aiohttp's protocol factory, which lists open connections
-        self.metrics.connections.labels(self.metrics.model).set_function(lambda: self.open_connections)
+        self.metrics.connections.set_function(lambda: self.open_connections)
         self._refusing = 0  # connections being answered 503
         self.stopping = False
         self._state = threading.Lock()
@@ -113,7 +108,7 @@ class RestServer:
         app.router.add_get("/healthz", self._healthz, name="healthz")
         app.router.add_get("/readyz", self._readyz, name="readyz")
         app.router.add_get(metrics_lib.PATH, self._metrics, name="metrics")
-        for model in (_MODEL, _MODEL + _VERSION):
+        for model in (_MODEL, _MODEL + _VERSION, _MODEL + _LABEL):
             app.router.add_get(model, self._status)
             app.router.add_get(model + "/metadata", self._metadata)
             app.router.add_post(model + ":predict", self._predict, expect_handler=_continue_unless_too_large)
@@ -125,6 +120,14 @@ class RestServer:
         return len(self._connections.connections) if self._connections is not None else 0
 
     # Serving and stopping.
+
+    @property
+    def stopping(self) -> bool:
+        return self.core.stopping
+
+    @stopping.setter
+    def stopping(self, value: bool) -> None:
+        self.core.stopping = value
 
     def serve_forever(self, stop_signals: tuple[int, ...] = ()) -> None:
         """Serves until :meth:`stop` or one of ``stop_signals``; then stops gracefully and returns."""
@@ -192,22 +195,19 @@ class RestServer:
             self._release()
 
     def _release(self) -> None:
-        """Closes the socket, ends the threads (running what is queued) and the versions' loading; once."""
+        """Closes the socket, then releases the core (its threads, the models' loading); once."""
         with self._state:
             if self._released:
                 return
             self._released = True
         self.socket.close()
-        self._pool.shutdown(wait=True)
-        if self.scheduler is not None:
-            self.scheduler.stop()
-        self.versions.stop()
+        self.core.release()
 
     def _protocol(self) -> asyncio.BaseProtocol:
         """The protocol of a connection just accepted: aiohttp's, or a 503 at once over ``max_connections``."""
         if self.open_connections + self._refusing < self.options.max_connections:
             return self._connections()
-        self.metrics.refused.labels(self.metrics.model).inc()
+        self.metrics.refused.inc()
         if self._refusing < MAX_REFUSING:
             return _Refusal(self)
         return _Drop()  # a flood: closed unanswered rather than sockets held without bound
@@ -217,7 +217,8 @@ class RestServer:
     async def _answer(self, request: web.Request, handler) -> web.StreamResponse:
         """Runs the route's ``handler``, answers its result or error in JSON within the deadline, counts it."""
         started = time.perf_counter()
-        labels = {"api": request.match_info.route.name or "other", "signature": ""}
+        labels = {"model": request.match_info.get("name", ""), "api": request.match_info.route.name or "other"}
+        labels["signature"] = ""
         _LABELS.set(labels)
         try:
             response = await handler(request)
@@ -234,7 +235,8 @@ class RestServer:
         if self.stopping or (response.status >= 500 and response.status != 503):
             response.force_close()
         if await self._send(request, response):
-            self.metrics.answered(labels["api"], labels["signature"], response.status, time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            self.metrics.answered(labels["model"], "rest", labels["api"], labels["signature"], response.status, seconds)
         return response
 
     def _http_error(self, request: web.Request, error: web.HTTPException) -> web.Response:
@@ -243,8 +245,8 @@ class RestServer:
             message = f"{request.method} is not allowed at {request.path}: {allowed}"
             return _error(405, message, {"Allow": error.headers["Allow"]})
         if isinstance(error, web.HTTPNotFound):
-            name = self.versions.name
-            return _error(404, f"No resource at {request.path}; this server serves /v1/models/{name}")
+            served = ", ".join(f"/v1/models/{name}" for name in self.models.names)
+            return _error(404, f"No resource at {request.path}; this server serves {served}")
         return _error(error.status, error.text or error.reason)
 
     async def _send(self, request: web.Request, response: web.StreamResponse) -> bool:
@@ -272,10 +274,11 @@ class RestServer:
         return web.json_response({"status": "serving"})
 
     async def _readyz(self, request: web.Request) -> web.Response:
-        if self.versions.ready and not self.stopping:
-            return web.json_response({"ready": True, "model": self.versions.name})
-        error = "The server is stopping" if self.stopping else self.versions.failure()
-        return web.json_response({"ready": False, "model": self.versions.name, "error": error}, status=503)
+        names = self.models.names
+        if self.models.ready and not self.stopping:
+            return web.json_response({"ready": True, "models": names})
+        error = "The server is stopping" if self.stopping else self.models.failure()
+        return web.json_response({"ready": False, "models": names, "error": error}, status=503)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         body, content_type = self.metrics.exposition()
@@ -283,18 +286,23 @@ class RestServer:
 
     async def _status(self, request: web.Request) -> web.Response:
         _LABELS.get()["api"] = "status"
-        return web.json_response(self.versions.status(self._version(request)))
+        versions, version, label = self._model(request)
+        if label is not None:
+            version = str(versions.servable(label=label).version)
+        return web.json_response(versions.status(version))
 
     async def _metadata(self, request: web.Request) -> web.Response:
         _LABELS.get()["api"] = "metadata"
-        metadata = self.versions.servable(self._version(request)).metadata()
-        metadata["model_spec"] = {"name": self.versions.name, **metadata["model_spec"]}
+        versions, version, label = self._model(request)
+        metadata = versions.servable(version, label).metadata()
+        metadata["model_spec"] = {"name": versions.name, **metadata["model_spec"]}
         return web.json_response(metadata)
 
     async def _predict(self, request: web.Request) -> web.Response:
         labels = _LABELS.get()
         labels["api"] = "predict"  # a 413, 408 or 411 on its body counts as one of predict's
-        servable = self.versions.servable(self._version(request))
+        versions, version, label = self._model(request)
+        servable = versions.servable(version, label)
         body = await self._body(request)
 
         def parse():
@@ -304,7 +312,7 @@ class RestServer:
 
         predict = parse() if len(body) <= INLINE_BYTES else await self._in_pool(parse)
         labels["signature"] = predict.signature
-        outputs = await self._run(servable, predict)
+        outputs = await self._run(versions.name, servable, predict)
         limit = self.options.max_response_bytes
         if sum(_size(value) for value in outputs.values()) <= INLINE_BYTES:
             data = encode_response(predict, outputs, limit)
@@ -312,12 +320,10 @@ class RestServer:
             data = await self._in_pool(encode_response, predict, outputs, limit)
         return web.Response(body=data, content_type="application/json")
 
-    def _version(self, request: web.Request) -> str | None:
-        """The version the path names (``None``: the one served), once the path names the model served."""
-        name = request.match_info["name"]
-        if name != self.versions.name:
-            raise NotFound(f"No model named {name!r}; this server serves {self.versions.name!r}")
-        return request.match_info.get("version")
+    def _model(self, request: web.Request) -> tuple[ModelVersions, str | None, str | None]:
+        """The model the path names, and the version or label it names (``None``: the highest served)."""
+        versions = self.models.get(request.match_info["name"])
+        return versions, request.match_info.get("version"), request.match_info.get("label")
 
     async def _body(self, request: web.Request) -> bytes:
         """The request body, read by its deadline; aiohttp's 413 over ``client_max_size``."""
@@ -337,21 +343,8 @@ class RestServer:
         except ConnectionError:  # the client went away: nobody to answer, nothing to log
             raise ClientError("The connection closed before the whole body arrived") from None
 
-    async def _run(self, servable, request):
-        if self.stopping:  # a request read after the stop began: retry on another replica, or later
-            raise Unavailable("The server is stopping; retry")
-        signature = request.signature
-        if request.columns or request.scalars:
-            # A request with its own settings runs alone (its own key: never merged), queued with the rest.
-            run = lambda rows: servable.run(signature, rows, request.columns, request.scalars)  # noqa: E731
-            key, fit = (servable, signature, object()), None
-        else:
-            run = lambda rows: servable.run(signature, rows)  # noqa: E731
-            key, fit = (servable, signature), lambda outputs: servable.fit(signature, request.rows, outputs)
-        if self.scheduler is None:
-            self.metrics.batch(len(request.rows), [0.0])
-            return await self._in_pool(run, request.rows)
-        return await asyncio.wrap_future(self.scheduler.submit(key, run, request.rows, fit))
+    async def _run(self, model: str, servable, request):
+        return await asyncio.wrap_future(self.core.submit(model, servable, request))
 
     async def _in_pool(self, function, *args):
         return await asyncio.get_running_loop().run_in_executor(self._pool, function, *args)
@@ -419,40 +412,3 @@ def _is_invalid_argument(error: Exception) -> bool:
     import tensorflow as tf
 
     return isinstance(error, tf.errors.InvalidArgumentError)
-
-
-def make_server(model_path: str, options: ServingOptions, model_name: str | None = None) -> RestServer:
-    """Binds, and loads the model's newest version in the background; :meth:`RestServer.serve_forever` serves.
-
-    The server answers at once, 503 on readiness and predictions until a version
-    is loaded (``server.versions.wait_loaded()`` waits for it). A path holding no
-    model at all is a ``FileNotFoundError`` here. ``model_name``: the name in
-    URLs (default: the base directory's).
-    """
-    versions = ModelVersions(model_path, model_name)
-    server = RestServer(versions, options)
-    versions.start(options.file_system_poll_wait_seconds, wait=False)
-    return server
-
-
-def serve_until_signalled(server: RestServer, on_loaded: Callable[[int], None] | None = None) -> None:
-    """Serves until SIGTERM or SIGINT, then stops gracefully (:meth:`RestServer.stop`) and returns.
-
-    ``on_loaded(version)`` is called once the first version is available (unless
-    stopping by then). If the first load fails, the server stops and a
-    ``FileNotFoundError`` says why. Call from the main thread (signals).
-    """
-    failed = []
-
-    def watch_first_load():
-        if server.versions.wait_loaded():
-            if on_loaded is not None and not server.stopping:
-                on_loaded(server.versions.servable().version)
-        elif not server.stopping:
-            failed.append(server.versions.failure())
-            server.stop()
-
-    threading.Thread(target=watch_first_load, name="first-load", daemon=True).start()
-    server.serve_forever(stop_signals=(signal.SIGTERM, signal.SIGINT))
-    if failed:
-        raise FileNotFoundError(failed[0])

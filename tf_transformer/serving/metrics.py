@@ -20,23 +20,27 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
 class ServingMetrics:
-    """The server's counters; ``versions`` (a :class:`~.versions.ModelVersions`) is read at each scrape."""
+    """The server's counters; ``models`` (a :class:`~.models.ModelRegistry`) is read at each scrape.
 
-    def __init__(self, versions):
-        self.model = versions.name
+    A request counts under its protocol (``rest`` or ``grpc``) and its status:
+    the HTTP status over REST, the gRPC code's name over gRPC. A request that
+    names no model served counts under the model it named.
+    """
+
+    def __init__(self, models):
         self.registry = CollectorRegistry()
         model = ["model"]
         self.requests = Counter(
             "tft_serving_requests",
-            "Requests answered, by API (predict, status, metadata, healthz, readyz, metrics, other), "
-            "signature (predict only) and HTTP status.",
-            [*model, "api", "signature", "status"],
+            "Requests answered, by protocol (rest, grpc), API (predict, status, metadata, healthz, readyz, metrics, "
+            "other), signature (predict only) and status (HTTP status, or gRPC code).",
+            [*model, "protocol", "api", "signature", "status"],
             registry=self.registry,
         )
         self.latency = Histogram(
             "tft_serving_request_latency_seconds",
-            "From a request's headers read to its answer written.",
-            [*model, "api", "signature"],
+            "From a request's headers read (REST) or its call received (gRPC) to its answer written.",
+            [*model, "protocol", "api", "signature"],
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
@@ -54,26 +58,23 @@ class ServingMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
-        self.connections = Gauge(
-            "tft_serving_open_connections", "HTTP connections open now.", model, registry=self.registry
-        )
+        self.connections = Gauge("tft_serving_open_connections", "HTTP connections open now.", registry=self.registry)
         self.refused = Counter(
             "tft_serving_refused_connections",
             "Connections answered 503 at once: over --max_connections.",
-            model,
             registry=self.registry,
         )
-        self.registry.register(_VersionsCollector(versions))
+        self.registry.register(_VersionsCollector(models))
         ProcessCollector(registry=self.registry)  # process_*: CPU seconds, resident memory, open files
 
-    def answered(self, api: str, signature: str, status: int, seconds: float) -> None:
-        self.requests.labels(self.model, api, signature, str(status)).inc()
-        self.latency.labels(self.model, api, signature).observe(seconds)
+    def answered(self, model: str, protocol: str, api: str, signature: str, status, seconds: float) -> None:
+        self.requests.labels(model, protocol, api, signature, str(status)).inc()
+        self.latency.labels(model, protocol, api, signature).observe(seconds)
 
-    def batch(self, size: int, waits: list[float]) -> None:
+    def batch(self, model: str, size: int, waits: list[float]) -> None:
         """One model call of ``size`` sentences, after its requests waited ``waits`` seconds each."""
-        self.batch_size.labels(self.model).observe(size)
-        queue_wait = self.queue_wait.labels(self.model)
+        self.batch_size.labels(model).observe(size)
+        queue_wait = self.queue_wait.labels(model)
         for seconds in waits:
             queue_wait.observe(seconds)
 
@@ -83,10 +84,10 @@ class ServingMetrics:
 
 
 class _VersionsCollector:
-    """Each known version's state (TF Serving's ModelVersionStatus) and how long its load took."""
+    """Each model's known versions: their state (TF Serving's ModelVersionStatus) and how long each load took."""
 
-    def __init__(self, versions):
-        self.versions = versions
+    def __init__(self, models):
+        self.models = models
 
     def describe(self):
         return []  # the families are known only at a scrape: no name clash to check at registration
@@ -102,9 +103,10 @@ class _VersionsCollector:
             "How long loading (and warming up) a model version took.",
             labels=["model", "version"],
         )
-        for status in self.versions.status()["model_version_status"]:
-            states.add_metric([self.versions.name, status["version"], status["state"]], 1)
-        for version, seconds in sorted(self.versions.load_seconds().items()):
-            loads.add_metric([self.versions.name, str(version)], seconds)
+        for versions in self.models:
+            for status in versions.status()["model_version_status"]:
+                states.add_metric([versions.name, status["version"], status["state"]], 1)
+            for version, seconds in sorted(versions.load_seconds().items()):
+                loads.add_metric([versions.name, str(version)], seconds)
         yield states
         yield loads

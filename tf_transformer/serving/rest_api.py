@@ -40,6 +40,10 @@ class Unavailable(ClientError):
     status = 503
 
 
+class QueueFull(Unavailable):
+    """The batching queue holds all it may: retry later (gRPC's ``RESOURCE_EXHAUSTED``)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class PredictRequest:
     """A checked predict request: ``rows`` of the signature's ``inputs``, and its other inputs if it has any.
