@@ -10,7 +10,21 @@ TABLE3_ORDER = ["A1", "A2", "A3", "A4", "B1", "B2"] + [f"C{i}" for i in range(1,
 
 
 def test_preset_names_are_exactly_the_documented_ones_in_order():
-    assert preset_names() == ["tiny", "small", "multi30k", "base", "big"] + TABLE3_ORDER + ["parsing", "parsing_cpu"]
+    students = ["student_6_1", "student_3_1", "student_3_1_narrow"]
+    assert preset_names() == ["tiny", "small", "multi30k", "base", "big"] + TABLE3_ORDER + [
+        "parsing",
+        "parsing_cpu",
+        *students,
+    ]
+
+
+def test_students_are_the_multi30k_teacher_with_a_deep_encoder_and_a_shallow_decoder():
+    """Same vocabulary (the teacher's is reused) and decoding; only the depths, and one's width, differ."""
+    teacher = get_config("multi30k")
+    assert get_config("student_6_1") == teacher.replace(name="student_6_1", encoder_layers=6, decoder_layers=1)
+    assert get_config("student_3_1") == teacher.replace(name="student_3_1", encoder_layers=3, decoder_layers=1)
+    narrow = teacher.replace(name="student_3_1_narrow", encoder_layers=3, decoder_layers=1, d_model=128, d_ff=512)
+    assert get_config("student_3_1_narrow") == narrow
 
 
 def test_table3_rows_change_only_their_listed_values():

@@ -10,6 +10,15 @@
 Standard input is read --chunk_size lines at a time; each chunk is batched by length,
 translated and written in input order before the next is read, so memory holds one chunk
 and a failure keeps what was written. Progress goes to stderr.
+
+A corpus (a teacher's translations of a training set, docs/distillation.md), resumably and in shards:
+
+    tft-translate --model teacher/1 --input train.en --output train.teacher.de --shard 0/4   # one of 4 tasks
+    tft-translate --output train.teacher.de --join 4                                       # once all are done
+
+With --output, each chunk is committed to disk as it is done: a run killed at any point and
+started again goes on from the last commit, and its file is the same as an uninterrupted run's
+(:mod:`tf_transformer.inference.corpus_translation`).
 """
 
 from __future__ import annotations
@@ -53,6 +62,20 @@ flags.DEFINE_string(
     "(docs/inference.md#target-prefixes).",
 )
 flags.DEFINE_bool("scores", False, "Write 'score<TAB>translation' lines.")
+flags.DEFINE_string("input", None, "Source file (default: standard input).")
+flags.DEFINE_string(
+    "output",
+    None,
+    "Write the 1-best translations to this file instead of standard output, committing each chunk: a killed run "
+    "started again goes on where it stopped (needs --input).",
+)
+flags.DEFINE_string(
+    "shard",
+    None,
+    "i/N: translate the i-th of N runs of consecutive lines of --input into OUTPUT-0000i-of-0000N, independently "
+    "of the other shards (any order, any machine); --join N joins them.",
+)
+flags.DEFINE_integer("join", None, "Join the N complete shards of --output into --output, then exit.", lower_bound=1)
 flags.DEFINE_bool(
     "alignment",
     False,
@@ -84,6 +107,9 @@ define_thread_flags()
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    if FLAGS.join is not None:
+        return join(FLAGS.output, FLAGS.join)
+    check_corpus_flags()
     request = decode_request(prefix=FLAGS.target_prefix is not None)
     if FLAGS.model and FLAGS.batch_parts != 1:
         raise app.UsageError("--batch_parts is fixed when exporting (tft-export); use --model_dir to choose it")
@@ -100,14 +126,12 @@ def main(argv):
         )
     check_model_flags()  # after the flags' combinations: they need no files
     apply_thread_flags(FLAGS.workers * FLAGS.batch_parts)  # searches at once: batches × each one's parts
-    from pipelines import DataError, split_lines
+    from pipelines import split_lines
     from tf_transformer.cli import model_task
-
-    def progress(done, total):
-        print(f"\rtranslated {done}", end="", file=sys.stderr, flush=True)
 
     task = model_task(FLAGS.model, FLAGS.model_dir)
     constrain = constrained(task)
+    checkpoint = None
     try:
         if FLAGS.model:
             translate = export_translate(FLAGS.model, request, FLAGS.alignment)
@@ -132,11 +156,25 @@ def main(argv):
 
         split = read_export_info(FLAGS.model).options.word_tokenizer
     translate = postprocessed(translate, lambda source, text: task.postprocess(source, text, split))  # trees
-    lines = split_lines(sys.stdin.buffer, "<stdin>")  # the lines training and tft-evaluate would read
+    if FLAGS.output is not None:
+        return translate_corpus(translate, request, checkpoint)
+    if FLAGS.input is not None:
+        with open(FLAGS.input, "rb") as handle:
+            return translate_lines(translate, request, split_lines(handle, FLAGS.input), FLAGS.input)
+    return translate_lines(translate, request, split_lines(sys.stdin.buffer, "<stdin>"), "<stdin>")
+
+
+def translate_lines(translate, request, lines, name: str) -> None:
+    """Translates ``lines`` (read from ``name``) to standard output, a chunk at a time."""
+    from pipelines import DataError
+
+    def progress(done, total):
+        print(f"\rtranslated {done}", end="", file=sys.stderr, flush=True)
+
     if request.prefix:
         lines = with_prefixes(lines, FLAGS.target_prefix)
     if FLAGS.model:
-        lines = checked_sources(lines, FLAGS.model, "<stdin>")  # a line over the export's limit is named
+        lines = checked_sources(lines, FLAGS.model, name)  # a line over the export's limit is named
     results = translate_stream(translate, lines, FLAGS.batch_size, FLAGS.chunk_size, FLAGS.workers, progress)
     try:
         for index, result in enumerate(results):
@@ -158,6 +196,84 @@ def main(argv):
         print(file=sys.stderr)
         raise app.UsageError(f"{graph_error(error)} (the translations of the chunks before were written)") from None
     print(file=sys.stderr)
+
+
+def check_corpus_flags() -> None:
+    """The corpus flags' combinations (no files read)."""
+    if FLAGS.shard is not None and FLAGS.output is None:
+        raise app.UsageError("--shard writes OUTPUT-0000i-of-0000N: give --output")
+    if FLAGS.shard is not None:
+        from tf_transformer.inference.corpus_translation import Shard
+
+        try:
+            Shard.parse(FLAGS.shard)
+        except ValueError as error:
+            raise app.UsageError(str(error)) from None
+    if FLAGS.output is None:
+        return
+    if FLAGS.input is None:
+        raise app.UsageError("--output translates a file: give --input (standard input cannot be read again)")
+    given = [f"--{name}" for name in ("scores", "alignment", "target_prefix") if FLAGS[name].present]
+    if FLAGS.nbest > 1:
+        given.append("--nbest")
+    if given:
+        raise app.UsageError(f"--output writes 1-best translations, one per line: drop {', '.join(given)}")
+
+
+def translate_corpus(translate, request, checkpoint: str | None) -> None:
+    """``--input`` (one ``--shard`` of it) translated into ``--output``, committed a chunk at a time; resumable."""
+    import os
+
+    from tf_transformer.inference.corpus_translation import Shard, translate_shard
+
+    shard = Shard.parse(FLAGS.shard) if FLAGS.shard is not None else Shard()  # checked by check_corpus_flags
+    too_long = None
+    if FLAGS.model:
+        from tf_transformer.exporting.export_info import SourceLimit
+
+        limits = SourceLimit(FLAGS.model)
+        too_long = lambda line: limits.violation(line) is not None  # noqa: E731
+    settings = {
+        "model": os.path.abspath(FLAGS.model or FLAGS.model_dir),
+        "checkpoint": checkpoint,  # --model_dir's, resolved: a newer one would translate differently
+        "request": repr(request),
+        "batch_size": FLAGS.batch_size,
+    }
+
+    def report(done, lines, rate):
+        left = (lines - done) / rate if rate > 0 else 0
+        print(
+            f"\rshard {shard}: {done:,}/{lines:,} lines · {rate:.1f} lines/s · {left / 60:.1f} min left",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        done = translate_shard(
+            translate, FLAGS.input, FLAGS.output, shard, settings, FLAGS.chunk_size, too_long=too_long, report=report
+        )
+    except (ValueError, FileNotFoundError) as error:
+        raise app.UsageError(str(error)) from None
+    print(
+        f"\nshard {shard}: {done.path}: {done.done:,} lines ({done.translated_now:,} in this run, "
+        f"{done.seconds:.0f} s); {done.empty} empty, {done.over_limit} over the model's maximum source length "
+        "(written as empty lines)",
+        file=sys.stderr,
+    )
+
+
+def join(output: str | None, count: int) -> None:
+    """``--join N``: the shards of ``--output`` joined into it."""
+    from tf_transformer.inference.corpus_translation import join_shards
+
+    if output is None:
+        raise app.UsageError("--join joins the shards of --output: give --output")
+    try:
+        lines = join_shards(output, count)
+    except (ValueError, FileNotFoundError) as error:
+        raise app.UsageError(str(error)) from None
+    print(f"{output}: {lines:,} lines from {count} shards", file=sys.stderr)
 
 
 def write_result(index: int, result) -> None:
