@@ -26,6 +26,8 @@ INSTALL_REQUIRES = [
     # tft-serve: HTTP/1.1 (keep-alive, pipelining, chunked bodies) on one event loop, and the Prometheus metrics.
     "aiohttp>=3.9,<4",  # 3.9: AppRunner's graceful stop (shutdown_timeout)
     "prometheus-client==0.26.0",
+    # TF Serving's own protos for the warmup file an export ships and tft-serve replays (PredictionLog).
+    "tensorflow-serving-api==2.21.0",
 ]
 
 EXTRAS_REQUIRE = {
