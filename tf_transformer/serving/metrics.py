@@ -83,7 +83,8 @@ class ServingMetrics:
 
 
 class _VersionsCollector:
-    """Each known version's state (TF Serving's ModelVersionStatus) and how long its load took."""
+    """Each known version's state (TF Serving's ModelVersionStatus), how long its load took, and how long its
+    warmup requests took within it (:mod:`.warmup`)."""
 
     def __init__(self, versions):
         self.versions = versions
@@ -102,9 +103,18 @@ class _VersionsCollector:
             "How long loading (and warming up) a model version took.",
             labels=["model", "version"],
         )
+        warmups = GaugeMetricFamily(
+            "tft_serving_model_warmup_seconds",
+            "How long replaying a model version's warmup requests (assets.extra/tf_serving_warmup_requests) took, "
+            "within its load (0: it has none).",
+            labels=["model", "version"],
+        )
         for status in self.versions.status()["model_version_status"]:
             states.add_metric([self.versions.name, status["version"], status["state"]], 1)
         for version, seconds in sorted(self.versions.load_seconds().items()):
             loads.add_metric([self.versions.name, str(version)], seconds)
+        for version, seconds in sorted(self.versions.warmup_seconds().items()):
+            warmups.add_metric([self.versions.name, str(version)], seconds)
         yield states
         yield loads
+        yield warmups
