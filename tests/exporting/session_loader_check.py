@@ -12,14 +12,17 @@ Each signature is fed by its SignatureDef's tensor names: an input named in
 ``named`` gets that value (the scalar settings of ``translate_with_options`` and
 ``sample``), any other string input ``strings``, an integer input ``ids``. ``--without_tf_text`` loads without
 importing tensorflow_text (for an ``--ids_only`` export, which must not need
-it). Prints one JSON object: the TensorFlow version and each signature's
-outputs.
+it). Prints one JSON object: the TensorFlow version, each signature's outputs,
+and the records of the export's warmup file as this TensorFlow's TFRecord reader
+counts them (``None``: no file). This environment has no TF Serving protos to
+parse the records with.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import numpy as np
 
@@ -59,6 +62,16 @@ def run_signatures(export: str, inputs: dict) -> dict:
     return results
 
 
+def warmup_records(export: str) -> int | None:
+    """How many records the export's ``assets.extra/tf_serving_warmup_requests`` holds (``None``: no file)."""
+    import tensorflow as tf
+
+    path = os.path.join(export, "assets.extra", "tf_serving_warmup_requests")
+    if not os.path.exists(path):
+        return None
+    return sum(1 for _ in tf.compat.v1.io.tf_record_iterator(path))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("export", help="an export's version directory")
@@ -70,7 +83,8 @@ def main():
     if not args.without_tf_text:
         import tensorflow_text  # noqa: F401  (registers the SentencePiece ops, as TF Serving links them in)
     results = run_signatures(args.export, json.loads(args.inputs))
-    print(json.dumps({"tensorflow": tf.__version__, "signatures": results}))
+    warmup = warmup_records(args.export)
+    print(json.dumps({"tensorflow": tf.__version__, "signatures": results, "warmup_records": warmup}))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ TF Serving's official builds embed TensorFlow Text 2.12.1. The slow test loads a
 fresh export in a second environment holding tensorflow 2.12.1 and
 tensorflow-text 2.12.1 (``make serving-venv``) through the session-based loader,
 TF Serving's path, as a stand-in for TF Serving's binary, which cannot be
-installed here. Every signature of the export is run there.
+installed here. Every signature of the export is run there, and the export's
+warmup file is read as TFRecords by that TensorFlow.
 """
 
 import json
@@ -19,6 +20,7 @@ import tensorflow as tf
 
 from tests.commands import export_cli
 from tf_transformer.exporting.export_info import EXPORT_INFO, REQUEST_TIME_SIGNATURES
+from tf_transformer.exporting.warmup_requests import WARMUP_REQUESTS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SERVING_PYTHON = ROOT / ".venv-tf212" / "bin" / "python"
@@ -111,8 +113,9 @@ def decoded(value: np.ndarray) -> np.ndarray:
     return np.vectorize(lambda v: v.decode(), otypes=[object])(value)
 
 
-def serving_build(export, *flags) -> dict:
-    """Every signature of ``export`` run by TF 2.12.1 + TF Text 2.12.1's session-based loader."""
+def serving_build(export, *flags) -> tuple[dict, int | None]:
+    """Every signature of ``export`` run by TF 2.12.1 + TF Text 2.12.1's session-based loader, and its warmup
+    file's records as that TensorFlow counts them."""
     if not SERVING_PYTHON.exists():
         pytest.skip(f"{SERVING_PYTHON} is missing: build it with `make serving-venv` (downloads about 600 MB)")
     result = subprocess.run(
@@ -125,7 +128,7 @@ def serving_build(export, *flags) -> dict:
     assert result.returncode == 0, result.stderr[-3000:]
     loaded = json.loads(result.stdout.strip().splitlines()[-1])
     assert loaded["tensorflow"] == "2.12.1"
-    return loaded["signatures"]
+    return loaded["signatures"], loaded["warmup_records"]
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +150,9 @@ def test_every_signature_runs_in_tf_serving_op_set(kind, tiny_export, ids_only_e
     exports["imported"] = lambda: request.getfixturevalue("imported_export")
     export = exports[kind]()
     flags = ["--without_tf_text"] if kind == "ids_only" else []
-    there, here = serving_build(export, *flags), in_this_tensorflow(export)
+    (there, warmup_records), here = serving_build(export, *flags), in_this_tensorflow(export)
+    # The loader ignores assets.extra; the warmup file's framing reads whole with TF 2.12's reader.
+    assert warmup_records == sum(1 for _ in tf.data.TFRecordDataset(str(export / WARMUP_REQUESTS))) > 0
     assert set(there) == set(here) and here
     # A fixture change must not shrink the check: the full export's alignment signature is among those run.
     expected = {"serving_default", "translate_ids"}

@@ -39,6 +39,9 @@ class Upper:
     def check(self, request):
         pass
 
+    def warm_up(self):
+        return 0, 0.0  # no warmup file
+
     def run(self, signature, rows):
         time.sleep(self.seconds)
         if signature == "translate_ids":

@@ -35,6 +35,9 @@ class SlowModel:
         time.sleep(self.seconds)
         return {"translations": np.array([row.upper().encode() for row in rows], object)}
 
+    def warm_up(self):
+        return 0, 0.0
+
 
 class Versions:
     name = "m"
@@ -52,6 +55,9 @@ class Versions:
 
     def load_seconds(self):
         return {1: 0.5}
+
+    def warmup_seconds(self):
+        return {1: 0.25}
 
     def stop(self):
         pass
@@ -455,6 +461,7 @@ def test_metrics_count_requests_batches_and_versions():
         assert value("tft_serving_queue_wait_seconds_count") == 3
         assert value("tft_serving_model_version_state", version="1", state="AVAILABLE") == 1
         assert value("tft_serving_model_load_seconds", version="1") == 0.5
+        assert value("tft_serving_model_warmup_seconds", version="1") == 0.25
         assert samples[("tft_serving_open_connections", ())] == 1  # this scrape's
     finally:
         server.stop()

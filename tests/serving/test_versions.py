@@ -17,6 +17,9 @@ class Loaded:
             raise ValueError(f"cannot read {path}/saved_model.pb\nmore detail")
         self.path, self.version = path, version
 
+    def warm_up(self):
+        return 0, 0.0
+
 
 def add_version(base, number, broken=False):
     directory = base / str(number)

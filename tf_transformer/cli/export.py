@@ -113,6 +113,14 @@ flags.DEFINE_bool(
     "lengths, target prefixes), score and sample (docs/inference.md#request-time-options). They double the "
     "export's graph and its writing time; --norequest_signatures leaves them out.",
 )
+flags.DEFINE_bool(
+    "warmup",
+    True,
+    "Write assets.extra/tf_serving_warmup_requests: a request to every signature (and a long sentence and a batch "
+    "to serving_default) that TF Serving and tft-serve run before serving the export, so that no client waits for "
+    "a signature's first call; it lengthens each load by those calls (docs/serving.md#warmup). --nowarmup leaves "
+    "it out.",
+)
 flags.DEFINE_bool("overwrite", False, "Replace an existing export directory.")
 
 
@@ -134,6 +142,7 @@ SAVED_MODEL_FLAGS = (
     "alignment_layer",
     "alignment",
     "request_signatures",
+    "warmup",
 )
 CTRANSLATE2_FLAGS = ("quantization",)
 
@@ -188,6 +197,7 @@ def main(argv):
             ),
             overwrite=FLAGS.overwrite,
             request_signatures=FLAGS.request_signatures and not FLAGS.ids_only,
+            warmup=FLAGS.warmup,
         )
     except (FileNotFoundError, FileExistsError, CheckpointError, WriteError, ValueError) as error:
         raise app.UsageError(str(error)) from None

@@ -24,6 +24,9 @@ load it, and clients tokenize with ``assets/sp.model``.
 request (the longest source, the vocabulary size) and the decoding settings fixed in
 the graph (:class:`~tf_transformer.decoding.decode_options.DecodeOptions`); TF
 Serving ignores the file, and :mod:`tf_transformer.exporting.export_info` reads it.
+``assets.extra/tf_serving_warmup_requests`` holds requests that TF Serving and
+``tft-serve`` run before serving the export, so that no client pays for a
+signature's first call (:mod:`tf_transformer.exporting.warmup_requests`).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from tf_transformer.exporting.export_info import (
     ExportInfo,
     write_export_info,
 )
+from tf_transformer.exporting.warmup_requests import warmup_requests, write_warmup_requests
 from tf_transformer.files import replace_directory, staging_directory, write_failed
 from tf_transformer.inference.translator import Translator
 from tf_transformer.run_dir import load_run, restore_model, vocabulary_path
@@ -123,6 +127,7 @@ def export_translator(
     task: Task | None = None,
     request_signatures: bool = True,
     precision_reason: str | None = None,
+    warmup: bool = True,
 ) -> str:
     """Writes ``translator`` as a SavedModel at ``output``, atomically (:mod:`tf_transformer.files`).
 
@@ -131,6 +136,7 @@ def export_translator(
     decoder layer's attention (:meth:`Translator.translate_with_alignment`).
     ``request_signatures``: add :func:`request_time_endpoints` (not with ``ids_only``).
     ``precision_reason``: why the model computes in its dtype, recorded with it.
+    ``warmup``: write TF Serving's warmup requests (:mod:`tf_transformer.exporting.warmup_requests`).
 
     What is exported is a frozen copy (``Translator.frozen``): the decoder's
     kernels are saved in the layout decoding multiplies with, so a request does
@@ -189,6 +195,8 @@ def export_translator(
         alignment = None if ids_only else alignment_layer
         info = export_info(translator, ids_only, alignment, task, request_signatures, precision_reason)
         write_export_info(target, info)
+        if warmup:  # built from the export as written: its signatures, its limits, its vocabulary
+            write_warmup_requests(target, warmup_requests(target))
         replace_directory(target, output)  # an existing export stays whole until the new one is in place
     except (tf.errors.OpError, OSError) as error:  # a full disk, a quota: nothing of this export is left
         raise write_failed("export", output, error, os.path.exists(output)) from None
@@ -207,6 +215,7 @@ def export_run(
     ids_only: bool = False,
     alignment_layer: int | str | None = "last",
     request_signatures: bool = True,
+    warmup: bool = True,
 ) -> str:
     """Exports the run in ``model_dir`` (its averaged or newest checkpoint) to ``output``.
 
@@ -218,7 +227,7 @@ def export_run(
     ``translate_with_alignment`` signature; ``"last"`` (the default: it aligned
     best of every layer measured here, docs/attention.md) or ``"penultimate"``
     (what Garg et al. 2019 found best in 6-layer models); ``None`` for no such signature.
-    ``request_signatures``: see :func:`export_translator`.
+    ``request_signatures``, ``warmup``: see :func:`export_translator`.
     ``dtype`` (e.g. ``"bfloat16"``) stores and computes the weights in that dtype
     (:func:`~tf_transformer.decoding.precision.inference_copy`); by default float32;
     ``"auto"``: bfloat16 where this machine's CPU has a bfloat16 unit, else float32,
@@ -257,6 +266,7 @@ def export_run(
         task=task_of_run(model_dir),
         request_signatures=request_signatures,
         precision_reason=reason,
+        warmup=warmup,
     )
 
 

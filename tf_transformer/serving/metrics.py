@@ -84,7 +84,8 @@ class ServingMetrics:
 
 
 class _VersionsCollector:
-    """Each model's known versions: their state (TF Serving's ModelVersionStatus) and how long each load took."""
+    """Each model's known versions: their state (TF Serving's ModelVersionStatus), how long each load took, and
+    how long its warmup requests took within it (:mod:`.warmup`)."""
 
     def __init__(self, models):
         self.models = models
@@ -103,10 +104,19 @@ class _VersionsCollector:
             "How long loading (and warming up) a model version took.",
             labels=["model", "version"],
         )
+        warmups = GaugeMetricFamily(
+            "tft_serving_model_warmup_seconds",
+            "How long replaying a model version's warmup requests (assets.extra/tf_serving_warmup_requests) took, "
+            "within its load (0: it has none).",
+            labels=["model", "version"],
+        )
         for versions in self.models:
             for status in versions.status()["model_version_status"]:
                 states.add_metric([versions.name, status["version"], status["state"]], 1)
             for version, seconds in sorted(versions.load_seconds().items()):
                 loads.add_metric([versions.name, str(version)], seconds)
+            for version, seconds in sorted(versions.warmup_seconds().items()):
+                warmups.add_metric([versions.name, str(version)], seconds)
         yield states
         yield loads
+        yield warmups

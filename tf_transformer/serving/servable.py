@@ -55,6 +55,15 @@ class Servable:
         self.task = get_task(self.info.task, self.info.linearization, self.info.closings)
         self._metadata = _signature_defs(path)
 
+    def warm_up(self) -> tuple[int, float]:
+        """Replays the export's warmup requests (:mod:`tf_transformer.serving.warmup`), as TF Serving does
+        before a version serves: ``(requests, seconds)``, ``(0, 0.0)`` without the file. Raises
+        :class:`~tf_transformer.serving.warmup.WarmupError`, naming the file and the record, where TF
+        Serving would fail the load."""
+        from tf_transformer.serving.warmup import replay_warmup
+
+        return replay_warmup(self.path, self.signatures)
+
     def check(self, request: PredictRequest) -> None:
         """Refuses (:class:`ClientError`) a source over the export's length limit, an id outside its vocabulary,
         or a decoding setting out of range (:meth:`~tf_transformer.decoding.request.DecodeRequest.check`

@@ -99,6 +99,7 @@ class ModelVersions:
         self._states: dict[int, dict] = {}  # version → {"state", "error"}
         self._failed: dict[int, tuple] = {}  # version → the files' signature when its load failed
         self._load_seconds: dict[int, float] = {}  # version → how long its load took (the loaded ones)
+        self._warmup_seconds: dict[int, float] = {}  # version → how long its warmup took, within its load
         self._stop = threading.Event()
         self._first_load = threading.Event()  # set once the first load has ended, loaded or not
         self._poller: threading.Thread | None = None
@@ -149,6 +150,7 @@ class ModelVersions:
         started = time.monotonic()
         try:
             servable = self._load(directory, target)
+            requests, warmup_seconds = servable.warm_up()  # before AVAILABLE, as TF Serving does
         except Exception as error:  # a broken or half-written version: keep serving the ones we have
             self._failed[target] = files
             message = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
@@ -164,7 +166,12 @@ class ModelVersions:
         with self._lock:
             self._served[target] = servable
             self._load_seconds[target] = time.monotonic() - started
+            self._warmup_seconds[target] = warmup_seconds
             self._states[target] = {"state": AVAILABLE, "error": ""}
+        if requests:
+            logging.info(
+                "Warmed up version %d of %s: %d requests in %.2f s", target, self.name, requests, warmup_seconds
+            )
         logging.info("Serving version %d of %s", target, self.name)
 
     def update(self, policy: VersionPolicy, labels: dict[str, int]) -> None:
@@ -285,6 +292,11 @@ class ModelVersions:
         """Version → seconds its load took, for each version loaded since the start."""
         with self._lock:
             return dict(self._load_seconds)
+
+    def warmup_seconds(self) -> dict[int, float]:
+        """Version → seconds its warmup requests took (0: it has none), for each version loaded since the start."""
+        with self._lock:
+            return dict(self._warmup_seconds)
 
     @property
     def ready(self) -> bool:
