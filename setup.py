@@ -74,6 +74,7 @@ setup(
             "tft-parse=tf_transformer.cli.parse:run",
             "tft-score=tf_transformer.cli.score:run",
             "tft-import=tf_transformer.cli.import_model:run",
+            "tft-distill=tf_transformer.cli.distill:run",
         ]
     },
     license="Apache-2.0",
