@@ -8,7 +8,8 @@ training set, and a student, with a deep encoder and a shallow decoder (Kasai
 et al., 2021), trains on its translations with the teacher's vocabulary. The
 stages, in ``--work_dir``:
 
-1. ``teacher/1``: the teacher exported (its averaged checkpoint, else its newest);
+1. ``teacher/1``: the teacher exported (``--teacher_checkpoint``, by default its
+   averaged checkpoint, else its newest);
 2. ``data/``: the training sources with the teacher's translations as targets
    (:mod:`tf_transformer.inference.corpus_translation`: committed a chunk at a
    time; ``--shard i/N`` runs one shard and stops, for a cluster's array of
@@ -37,6 +38,9 @@ from tf_transformer.cli import run_main
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("teacher_dir", None, "The teacher's training run directory.", required=True)
+flags.DEFINE_string(
+    "teacher_checkpoint", None, "The teacher's checkpoint prefix (default: its averaged one, else its newest)."
+)
 flags.DEFINE_string("data", None, "The corpus the teacher trained on ({split}.{src} / {split}.{tgt}).", required=True)
 flags.DEFINE_string("work_dir", None, "Where the stages write (created).", required=True)
 flags.DEFINE_string("src", "en", "Source language.")
@@ -121,7 +125,7 @@ class Stages:
 def export_teacher(output: str) -> None:
     from tf_transformer.exporting.saved_model import export_run
 
-    export_run(FLAGS.teacher_dir, output, overwrite=True)
+    export_run(FLAGS.teacher_dir, output, checkpoint=FLAGS.teacher_checkpoint, overwrite=True)
 
 
 def translate_shards(teacher: str, source: str, data: str, shards) -> None:
