@@ -100,16 +100,10 @@ def one_round(server: Server, sentences: list[str], seed: int = 0, keep_indices:
     failed = [status for _, _, status, _, _ in results if status != 200]
     if failed:
         raise SystemExit(f"{len(failed)} requests failed: {failed[:5]}")
-    latencies = np.array([elapsed for *_, elapsed in results])
     translations = [answer["predictions"][0]["translations"] for *_, answer, _ in results]
     if keep_indices:
         translations = {index: text for (_, index, *_), text in zip(results, translations, strict=True)}
-    return {
-        "sentences_per_second": round(len(results) / seconds, 2),
-        "p50_ms": round(float(np.percentile(latencies, 50)) * 1000, 1),
-        "p99_ms": round(float(np.percentile(latencies, 99)) * 1000, 1),
-        "translations": translations,
-    }
+    return {**_pace([elapsed for *_, elapsed in results], seconds), "translations": translations}
 
 
 def compare(sentences: list[str]) -> dict:
@@ -152,12 +146,16 @@ def grpc_round(server: Server, sentences: list[str], seed: int = 0) -> dict:
     start = time.perf_counter()
     results = run_grpc_load(server.grpc_port, server.name, sentences, FLAGS.clients, FLAGS.requests, seed)
     seconds = time.perf_counter() - start
-    latencies = np.array([elapsed for *_, elapsed in results])
+    translations = {index: text for index, text, _ in results}
+    return {**_pace([elapsed for *_, elapsed in results], seconds), "translations": translations}
+
+
+def _pace(latencies: list[float], seconds: float) -> dict:
+    """Sentences per second of a round of one-sentence requests that took ``seconds``, and its p50/p99 latency."""
     return {
-        "sentences_per_second": round(len(results) / seconds, 2),
+        "sentences_per_second": round(len(latencies) / seconds, 2),
         "p50_ms": round(float(np.percentile(latencies, 50)) * 1000, 1),
         "p99_ms": round(float(np.percentile(latencies, 99)) * 1000, 1),
-        "translations": {index: text for index, text, _ in results},
     }
 
 

@@ -132,7 +132,7 @@ def translate_shards(teacher: str, source: str, data: str, shards) -> None:
     """The ``shards`` of the training set translated into ``data/{train}.{tgt}``'s shard files (resumed)."""
     from tf_transformer.exporting.export_info import SourceLimit
     from tf_transformer.inference.batch_translation import export_translate
-    from tf_transformer.inference.corpus_translation import translate_shard
+    from tf_transformer.inference.corpus_translation import progress_line, translate_shard
 
     os.makedirs(data, exist_ok=True)
     translate = export_translate(teacher)
@@ -142,9 +142,7 @@ def translate_shards(teacher: str, source: str, data: str, shards) -> None:
     for shard in shards:
 
         def report(done, lines, rate, shard=shard):
-            left = (lines - done) / rate if rate > 0 else 0
-            line = f"\rshard {shard}: {done:,}/{lines:,} lines · {rate:.1f} lines/s · {left / 60:.1f} min left"
-            print(line, end="", file=sys.stderr, flush=True)
+            print(f"\r{progress_line(shard, done, lines, rate)}", end="", file=sys.stderr, flush=True)
 
         done = translate_shard(
             translate,
@@ -155,11 +153,7 @@ def translate_shards(teacher: str, source: str, data: str, shards) -> None:
             too_long=lambda line: limits.violation(line) is not None,
             report=report,
         )
-        print(
-            f"\nshard {shard}: {done.done:,} lines; {done.empty} empty, {done.over_limit} over the teacher's "
-            "maximum source length (empty translations, dropped from training)",
-            file=sys.stderr,
-        )
+        print(f"\n{done.summary()}; training drops empty translations", file=sys.stderr)
 
 
 def translate_training_set(teacher: str, source: str, data: str) -> None:
@@ -183,12 +177,13 @@ def train_student(config, teacher: str, data: str, student_dir: str) -> None:
     """The student trained on ``data`` (and the original pairs with ``--with_references``), the teacher's
     SentencePiece model reused."""
     from configs import RunOptions
+    from tf_transformer.files import copy_file
     from tf_transformer.training.trainer import train
 
     os.makedirs(student_dir, exist_ok=True)
     vocabulary = os.path.join(student_dir, "sp.model")
-    if not os.path.exists(vocabulary):
-        shutil.copyfile(os.path.join(teacher, "assets", "sp.model"), vocabulary)
+    if not os.path.exists(vocabulary):  # copied whole or not at all: the next run trusts one that exists
+        copy_file(os.path.join(teacher, "assets", "sp.model"), vocabulary)
     corpora = (data, FLAGS.data) if FLAGS.with_references else data
     options = RunOptions(
         data=corpora,

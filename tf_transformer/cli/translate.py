@@ -224,7 +224,7 @@ def translate_corpus(translate, request, checkpoint: str | None) -> None:
     """``--input`` (one ``--shard`` of it) translated into ``--output``, committed a chunk at a time; resumable."""
     import os
 
-    from tf_transformer.inference.corpus_translation import Shard, translate_shard
+    from tf_transformer.inference.corpus_translation import Shard, progress_line, translate_shard
 
     shard = Shard.parse(FLAGS.shard) if FLAGS.shard is not None else Shard()  # checked by check_corpus_flags
     too_long = None
@@ -241,13 +241,7 @@ def translate_corpus(translate, request, checkpoint: str | None) -> None:
     }
 
     def report(done, lines, rate):
-        left = (lines - done) / rate if rate > 0 else 0
-        print(
-            f"\rshard {shard}: {done:,}/{lines:,} lines · {rate:.1f} lines/s · {left / 60:.1f} min left",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"\r{progress_line(shard, done, lines, rate)}", end="", file=sys.stderr, flush=True)
 
     try:
         done = translate_shard(
@@ -255,12 +249,7 @@ def translate_corpus(translate, request, checkpoint: str | None) -> None:
         )
     except (ValueError, FileNotFoundError) as error:
         raise app.UsageError(str(error)) from None
-    print(
-        f"\nshard {shard}: {done.path}: {done.done:,} lines ({done.translated_now:,} in this run, "
-        f"{done.seconds:.0f} s); {done.empty} empty, {done.over_limit} over the model's maximum source length "
-        "(written as empty lines)",
-        file=sys.stderr,
-    )
+    print(f"\n{done.summary()}", file=sys.stderr)
 
 
 def join(output: str | None, count: int) -> None:

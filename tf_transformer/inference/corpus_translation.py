@@ -100,6 +100,20 @@ class ShardReport:
     def complete(self) -> bool:
         return self.done == self.lines
 
+    def summary(self) -> str:
+        """One line for a person: the lines committed, this run's share and time, the empty and skipped ones."""
+        return (
+            f"shard {self.shard}: {self.path}: {self.done:,} lines ({self.translated_now:,} in this run, "
+            f"{self.seconds:.0f} s); {self.empty} empty, {self.over_limit} over the model's maximum source length "
+            "(written as empty lines)"
+        )
+
+
+def progress_line(shard: Shard, done: int, lines: int, rate: float) -> str:
+    """A shard's progress for a person: lines done, the rate of this run and the time left at that rate."""
+    left = (lines - done) / rate if rate > 0 else 0
+    return f"shard {shard}: {done:,}/{lines:,} lines · {rate:.1f} lines/s · {left / 60:.1f} min left"
+
 
 def translate_shard(
     translate: Callable[[list[str]], list],

@@ -68,3 +68,10 @@ class ServingCore:
         if self.scheduler is not None:
             self.scheduler.stop()
         self.models.stop()
+
+
+def refused_by_graph(error: Exception) -> bool:
+    """Whether the graph refused a request's input (``InvalidArgumentError``): the client's mistake, not ours."""
+    import tensorflow as tf
+
+    return isinstance(error, tf.errors.InvalidArgumentError)

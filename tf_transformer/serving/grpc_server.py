@@ -36,7 +36,7 @@ import numpy as np
 from absl import logging
 
 from tf_transformer.exporting.export_info import graph_error
-from tf_transformer.serving.core import ServingCore
+from tf_transformer.serving.core import ServingCore, refused_by_graph
 from tf_transformer.serving.model_config import ModelConfigError, parse_model_config
 from tf_transformer.serving.rest_api import ClientError, NotFound, QueueFull, Unavailable, parse_predict
 from tf_transformer.serving.versions import AVAILABLE, END, LOADING
@@ -110,10 +110,14 @@ def _code(error: Exception) -> grpc.StatusCode:
     return grpc.StatusCode.INVALID_ARGUMENT
 
 
+def _spec_version(spec) -> str | None:
+    """The version number a ``ModelSpec`` names, as REST's path carries it (``None``: none named)."""
+    return str(spec.version.value) if spec.HasField("version") else None
+
+
 def _version(versions, spec):
     """The servable a ``ModelSpec`` names: by version, by label, or the highest served."""
-    version = str(spec.version.value) if spec.HasField("version") else None
-    return versions.servable(version, spec.version_label or None)
+    return versions.servable(_spec_version(spec), spec.version_label or None)
 
 
 class _PredictionService:
@@ -123,6 +127,7 @@ class _PredictionService:
         self.core = core
 
     def Predict(self, request, context):  # noqa: N802 (the proto's method name)
+        import tensorflow as tf
         from tensorflow_serving.apis import predict_pb2
 
         answered = _Answered(self.core, "predict", request.model_spec.name)
@@ -145,7 +150,7 @@ class _PredictionService:
             future.cancel()  # not started yet: its place in the queue is given up
             return _abort(context, answered, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline exceeded")
         except Exception as error:
-            if _is_invalid_argument(error):  # the graph refused the input: the client's mistake
+            if refused_by_graph(error):  # the graph refused the input: the client's mistake
                 return _abort(context, answered, grpc.StatusCode.INVALID_ARGUMENT, graph_error(error))
             logging.exception("gRPC Predict failed")
             return _abort(context, answered, grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}")
@@ -160,7 +165,7 @@ class _PredictionService:
         response.model_spec.version.value = servable.version
         response.model_spec.signature_name = signature
         for key, value in outputs.items():
-            response.outputs[key].CopyFrom(_tensor_proto(value))
+            response.outputs[key].CopyFrom(tf.make_tensor_proto(value))
         limit = self.core.options.max_response_bytes
         if response.ByteSize() > limit:
             message = (
@@ -204,7 +209,7 @@ class _ModelService:
         try:
             versions = self.core.models.get(request.model_spec.name)
             spec = request.model_spec
-            version = str(spec.version.value) if spec.HasField("version") else None
+            version = _spec_version(spec)
             if spec.version_label:
                 version = str(versions.servable(label=spec.version_label).version)
             rows = versions.status(version)["model_version_status"]
@@ -267,12 +272,6 @@ def _request_inputs(inputs) -> dict:
     return values
 
 
-def _tensor_proto(value: np.ndarray):
-    import tensorflow as tf
-
-    return tf.make_tensor_proto(value)
-
-
 @functools.lru_cache(maxsize=64)
 def _signature_def_map(path: str):
     """The export's ``SignatureDef``s as the ``SignatureDefMap`` GetModelMetadata packs."""
@@ -286,9 +285,3 @@ def _signature_def_map(path: str):
     for name, signature in model.meta_graphs[0].signature_def.items():  # all of them, as REST's metadata
         signatures.signature_def[name].CopyFrom(signature)
     return signatures
-
-
-def _is_invalid_argument(error: Exception) -> bool:
-    import tensorflow as tf
-
-    return isinstance(error, tf.errors.InvalidArgumentError)

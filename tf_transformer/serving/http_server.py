@@ -50,7 +50,7 @@ from aiohttp import HttpVersion11, web
 
 from tf_transformer.exporting.export_info import graph_error
 from tf_transformer.serving import metrics as metrics_lib
-from tf_transformer.serving.core import ServingCore
+from tf_transformer.serving.core import ServingCore, refused_by_graph
 from tf_transformer.serving.rest_api import (
     ClientError,
     encode_response,
@@ -227,7 +227,7 @@ class RestServer:
         except ClientError as error:
             response = _error(error.status, str(error))
         except Exception as error:  # a fault of ours; the server stays up
-            if _is_invalid_argument(error):  # the graph refused the input: the client's mistake
+            if refused_by_graph(error):  # the graph refused the input: the client's mistake
                 response = _error(400, graph_error(error))
             else:
                 logging.exception("%s %s failed", request.method, request.path)
@@ -406,9 +406,3 @@ def _size(array) -> int:
     if array.dtype == object:
         return sum(len(item) for item in array.flat)
     return array.nbytes
-
-
-def _is_invalid_argument(error: Exception) -> bool:
-    import tensorflow as tf
-
-    return isinstance(error, tf.errors.InvalidArgumentError)

@@ -53,8 +53,7 @@ class ModelServer:
         try:
             self.rest.serve_forever(stop_signals)
         finally:
-            self.grpc.stop(self.core.options.timeout_seconds)
-            self.core.release()
+            self.grpc.stop(self.core.options.timeout_seconds)  # the REST server has released the core
 
     def stop(self) -> None:
         """Stops both APIs gracefully (from any thread but :meth:`serve_forever`'s)."""
