@@ -114,3 +114,65 @@ def choose_averaging(model_dir: str, candidates: list[str], evaluate, metric: st
         scores[last] = (result, checkpoint, time.perf_counter() - start)
         print(f"dev with the last {last} checkpoint(s) averaged: {result}", flush=True)
     return max(scores, key=lambda n: scores[n][0][metric]), scores
+
+
+def interleaved(systems: dict, sentences: list[str], batch: int, rounds: int) -> dict:
+    """Each system's ``(sentences per second, outputs of the first round, p50 batch ms)`` over ``sentences`` in
+    batches of ``batch``, ``rounds`` times, the systems taking turns batch by batch (the order rotating), so a
+    shared machine's drift hits all alike; one warm-up batch each. A system maps a list of strings to theirs."""
+    batches = [sentences[start : start + batch] for start in range(0, len(sentences), batch)]
+    for call in systems.values():
+        call(batches[0])
+    seconds = {name: [] for name in systems}
+    outputs = {name: [] for name in systems}
+    for round_index in range(rounds):
+        for i, sentences_in in enumerate(batches):
+            for name in rotated(list(systems), i + round_index):
+                start = time.perf_counter()
+                translated = systems[name](sentences_in)
+                seconds[name].append(time.perf_counter() - start)
+                if round_index == 0:
+                    outputs[name].extend(translated)
+    return {
+        name: (round(len(sentences) * rounds / sum(seconds[name]), 2), outputs[name], median_ms(seconds[name]))
+        for name in systems
+    }
+
+
+def median_ms(seconds: list[float]) -> float:
+    """The median of ``seconds`` in milliseconds: a batch's p50 latency."""
+    ordered = sorted(seconds)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return round(1000 * median, 2)
+
+
+def ctranslate2_length_penalty(alpha: float, sentencepiece, references: list[str]) -> tuple[float, float]:
+    """``(L, length_penalty)``: CTranslate2's penalty that grows as our GNMT one near ``L``, the references' mean
+    length in pieces with EOS. It divides by ``length ** length_penalty``, we by ``((5 + length) / 6) ** α``,
+    so it gets ``α · L / (L + 5)`` (docs/ctranslate2.md)."""
+    mean_length = sum(len(sentencepiece.encode(line)) + 1 for line in references) / len(references)
+    return mean_length, round(alpha * mean_length / (mean_length + 5), 3)
+
+
+def ctranslate2_system(translator, sentencepiece, beam_size: int, max_extra_length: int, **options):
+    """A CTranslate2 ``translator`` as a benchmark system: strings in (SentencePiece pieces through the python
+    package), strings out. Its maximum output length is ours (source + EOS + ``max_extra_length`` for the batch's
+    longest source) unless ``options`` set one; ``options`` go to ``translate_batch``."""
+
+    def call(batch):
+        pieces = sentencepiece.encode(batch, out_type=str)
+        settings = dict(options)
+        if "max_decoding_length" not in settings:
+            # Ours: at most source + EOS + max_extra_length tokens, the last forced to EOS. CTranslate2 stops
+            # after max_decoding_length tokens, EOS or not: one fewer, for the batch's longest source.
+            settings["max_decoding_length"] = max(map(len, pieces)) + max_extra_length
+        results = translator.translate_batch(
+            pieces,
+            beam_size=beam_size,
+            suppress_sequences=[["<pad>"], ["<s>"]],  # the tokens our search never chooses
+            **settings,
+        )
+        return [sentencepiece.decode(result.hypotheses[0]) for result in results]
+
+    return call

@@ -107,7 +107,13 @@ def main(argv):
     tf = start_tensorflow(FLAGS.threads)
     import sentencepiece as spm
 
-    from benchmarks.common import has_bfloat16_hardware, machine
+    from benchmarks.common import (
+        ctranslate2_length_penalty,
+        ctranslate2_system,
+        has_bfloat16_hardware,
+        interleaved,
+        machine,
+    )
     from tf_transformer.bleu import language_of, read_test_set, score
     from tf_transformer.exporting.ctranslate2 import export_ctranslate2, import_ctranslate2
     from tf_transformer.run_dir import checkpoint_dir, checkpoints, load_run
@@ -148,8 +154,7 @@ def main(argv):
         for weights in ("float32", "int8")
     }
     sentencepiece = spm.SentencePieceProcessor(model_file=os.path.join(ct2["float32"], "sp.model"))
-    mean_length = sum(len(sentencepiece.encode(line)) + 1 for line in references) / len(references)
-    length_penalty = round(alpha * mean_length / (mean_length + 5), 3)
+    mean_length, length_penalty = ctranslate2_length_penalty(alpha, sentencepiece, references)
     translators = {
         weights: ctranslate2.Translator(
             path, device="cpu", compute_type=weights, intra_threads=FLAGS.threads, inter_threads=1
@@ -162,22 +167,9 @@ def main(argv):
         return lambda batch: [t.decode() for t in translate(inputs=tf.constant(batch))["translations"].numpy()]
 
     def ct2_call(weights, **options):
-        def call(batch):
-            pieces = sentencepiece.encode(batch, out_type=str)
-            settings = dict(options)
-            if "max_decoding_length" not in settings:
-                # Ours: at most source + EOS + max_extra_length tokens, the last forced to EOS. CTranslate2 stops
-                # after max_decoding_length tokens, EOS or not: one fewer, for the batch's longest source.
-                settings["max_decoding_length"] = max(map(len, pieces)) + config.max_extra_length
-            results = translators[weights].translate_batch(
-                pieces,
-                beam_size=FLAGS.beam_size,
-                suppress_sequences=[["<pad>"], ["<s>"]],  # the tokens our search never chooses
-                **settings,
-            )
-            return [sentencepiece.decode(result.hypotheses[0]) for result in results]
-
-        return call
+        return ctranslate2_system(
+            translators[weights], sentencepiece, FLAGS.beam_size, config.max_extra_length, **options
+        )
 
     systems = {
         "ours_saved_model": ours(saved_model),
@@ -186,7 +178,7 @@ def main(argv):
         "ct2_int8": ct2_call("int8", length_penalty=length_penalty),
         "ct2_float32_lp1": ct2_call("float32", length_penalty=1.0),
     }
-    test_set = interleaved(systems, sources, FLAGS.rounds)
+    test_set = interleaved(systems, sources, FLAGS.batch, FLAGS.rounds)
     results = {
         "settings": {
             "beam_size": FLAGS.beam_size,
@@ -219,7 +211,9 @@ def main(argv):
     if FLAGS.longest:
         by_length = sorted(sources, key=lambda line: len(sentencepiece.encode(line)), reverse=True)
         longest = by_length[: FLAGS.longest]
-        timings = interleaved({n: systems[n] for n in systems if n != "ct2_float32_lp1"}, longest, FLAGS.rounds)
+        timings = interleaved(
+            {n: systems[n] for n in systems if n != "ct2_float32_lp1"}, longest, FLAGS.batch, FLAGS.rounds
+        )
         results["longest"] = {
             "sentences": len(longest),
             "mean_source_pieces": round(sum(len(sentencepiece.encode(line)) for line in longest) / len(longest), 2),
@@ -246,7 +240,7 @@ def main(argv):
             "ct2_float32": ct2_call("float32", min_decoding_length=length, max_decoding_length=length),
             "ct2_int8": ct2_call("int8", min_decoding_length=length, max_decoding_length=length),
         }
-        timings = interleaved(fixed, sources[: FLAGS.fixed_sentences], FLAGS.rounds)
+        timings = interleaved(fixed, sources[: FLAGS.fixed_sentences], FLAGS.batch, FLAGS.rounds)
         results["fixed_length"] = {
             "tokens": length,
             "sentences": min(FLAGS.fixed_sentences, len(sources)),
@@ -415,38 +409,6 @@ def tft_export(checkpoint: str, name: str, *flags) -> str:
     if result.returncode:
         sys.exit(f"tft-export failed:\n{result.stderr[-3000:]}")
     return output
-
-
-def interleaved(systems: dict, sentences: list[str], rounds: int) -> dict:
-    """Each system's ``(sentences per second, outputs of the first round)`` over ``sentences`` in ``--batch``
-    batches, ``rounds`` times, the systems taking turns batch by batch (the order rotating); one warm-up batch."""
-    from benchmarks.common import rotated
-
-    batches = [sentences[start : start + FLAGS.batch] for start in range(0, len(sentences), FLAGS.batch)]
-    for call in systems.values():
-        call(batches[0])
-    seconds = {name: [] for name in systems}
-    outputs = {name: [] for name in systems}
-    for round_index in range(rounds):
-        for i, batch in enumerate(batches):
-            for name in rotated(list(systems), i + round_index):
-                start = time.perf_counter()
-                translated = systems[name](batch)
-                seconds[name].append(time.perf_counter() - start)
-                if round_index == 0:
-                    outputs[name].extend(translated)
-    return {
-        name: (round(len(sentences) * rounds / sum(seconds[name]), 2), outputs[name], median_ms(seconds[name]))
-        for name in systems
-    }
-
-
-def median_ms(seconds: list[float]) -> float:
-    """The median of ``seconds`` in milliseconds: a batch's p50 latency."""
-    ordered = sorted(seconds)
-    middle = len(ordered) // 2
-    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-    return round(1000 * median, 2)
 
 
 if __name__ == "__main__":

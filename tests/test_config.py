@@ -21,7 +21,8 @@ def test_preset_names_are_exactly_the_documented_ones_in_order():
 def test_students_are_the_multi30k_teacher_with_a_deep_encoder_and_a_shallow_decoder():
     """Same vocabulary (the teacher's is reused) and decoding; only the depths, and one's width, differ."""
     teacher = get_config("multi30k")
-    assert get_config("student_6_1") == teacher.replace(name="student_6_1", encoder_layers=6, decoder_layers=1)
+    deep = teacher.replace(name="student_6_1", encoder_layers=6, decoder_layers=1, pre_norm=True)
+    assert get_config("student_6_1") == deep
     assert get_config("student_3_1") == teacher.replace(name="student_3_1", encoder_layers=3, decoder_layers=1)
     narrow = teacher.replace(name="student_3_1_narrow", encoder_layers=3, decoder_layers=1, d_model=128, d_ff=512)
     assert get_config("student_3_1_narrow") == narrow
