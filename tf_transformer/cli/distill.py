@@ -167,10 +167,14 @@ def translate_training_set(teacher: str, source: str, data: str) -> None:
         for language in (FLAGS.src, FLAGS.tgt):
             name = f"{FLAGS.dev_split}.{language}"
             copies.append((os.path.join(FLAGS.data, name), os.path.join(data, name)))
-    for original, copy in copies:
+    from tf_transformer.files import sync_path
+
+    for original, copy in copies:  # on the disk before they are in place: the stage is then recorded done
         staging = f"{copy}.partial"
         shutil.copyfile(original, staging)
+        sync_path(staging)
         os.replace(staging, copy)
+    sync_path(data)
 
 
 def train_student(config, teacher: str, data: str, student_dir: str) -> None:
