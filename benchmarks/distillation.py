@@ -46,7 +46,10 @@ flags.DEFINE_integer("threads", 2, "Threads of each system: TensorFlow's intra- 
 
 def main(argv):
     del argv
-    split_path = lambda split, language: os.path.join(FLAGS.data, f"{split}.{language}")  # noqa: E731
+
+    def split_path(split: str, language: str) -> str:
+        return os.path.join(FLAGS.data, f"{split}.{language}")
+
     splits = [FLAGS.test_split] + ([FLAGS.dev_split] if FLAGS.dev_split else [])
     corpora = [split_path(split, language) for split in splits for language in (FLAGS.src, FLAGS.tgt)]
     if skipped_without("distillation", corpora):

@@ -22,4 +22,4 @@ make -s .venv/.installed
 export TF_CPP_MIN_LOG_LEVEL=2
 exec .venv/bin/python -m benchmarks.quality --data "$DATA" --src "$SRC" --tgt "$TGT" \
   --dev "${DEV:-val}" --test "${TEST:-test_2016_flickr}" --key "${KEY:-test2016}" \
-  --config multi30k --minutes 40 "$@"
+  --config multi30k_40min --minutes 40 "$@"

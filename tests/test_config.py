@@ -11,7 +11,7 @@ TABLE3_ORDER = ["A1", "A2", "A3", "A4", "B1", "B2"] + [f"C{i}" for i in range(1,
 
 def test_preset_names_are_exactly_the_documented_ones_in_order():
     students = ["student_6_1", "student_3_1", "student_3_1_narrow"]
-    assert preset_names() == ["tiny", "small", "multi30k", "base", "big"] + TABLE3_ORDER + [
+    assert preset_names() == ["tiny", "small", "multi30k", "multi30k_40min", "base", "big"] + TABLE3_ORDER + [
         "parsing",
         "parsing_cpu",
         *students,
@@ -57,6 +57,11 @@ def test_the_multi30k_preset_trains_small_and_decodes_with_its_own_length_penalt
     assert (multi30k["alpha"], multi30k["beam_size"]) == (2.0, 4)
 
 
+def test_the_40_minute_recipe_is_multi30k_with_more_dropout():
+    """benchmarks.quality's default: only P_drop differs from make demo's preset."""
+    assert get_config("multi30k_40min") == get_config("multi30k").replace(name="multi30k_40min", dropout=0.2)
+
+
 def test_configs_are_frozen_and_round_trip_json():
     config = get_config("small")
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -83,7 +88,7 @@ def test_bad_values_name_the_field(name, overrides, field):
 
 
 def test_unknown_names_are_rejected_clearly():
-    with pytest.raises(ValueError, match="Unknown config 'huge'.*tiny, small, multi30k, base, big"):
+    with pytest.raises(ValueError, match="Unknown config 'huge'.*tiny, small, multi30k, multi30k_40min, base, big"):
         get_config("huge")
     with pytest.raises(ValueError, match="dmodel"):
         get_config("base", dmodel=3)
