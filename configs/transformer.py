@@ -12,8 +12,8 @@ The presets follow the paper (Vaswani et al., 2017): ``base`` and ``big`` are th
 bottom and top rows of Table 3, and ``A1`` … ``E`` are the Table 3 variations,
 top to bottom as printed ("unlisted values are identical to those of the base
 model"). ``tiny`` is for tests and ``small`` trains on a 2-core CPU in minutes; ``multi30k``
-is ``small`` decoded as chosen on Multi30k's validation set, ``multi30k_40min`` its 40-minute recipe. ``parsing`` is section 6.3's
-model and ``parsing_cpu`` its CPU counterpart.
+is ``small`` decoded as chosen on Multi30k's validation set, ``multi30k_40min`` its 40-minute
+recipe. ``parsing`` is section 6.3's model and ``parsing_cpu`` its CPU counterpart.
 
 Every departure from the paper is a named field whose default is the paper's
 choice (``pre_norm=False``, ``position="sinusoidal"``, ``shared_embeddings=True``).
