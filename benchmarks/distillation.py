@@ -65,8 +65,10 @@ def main(argv):
 
     from benchmarks.common import ctranslate2_length_penalty, ctranslate2_system, interleaved, machine
     from tf_transformer.bleu import language_of, read_test_set, score
+    from tf_transformer.decoding.request import DecodeRequest
     from tf_transformer.exporting.ctranslate2 import export_ctranslate2, import_ctranslate2
     from tf_transformer.exporting.export_info import read_export_info
+    from tf_transformer.inference.batch_translation import export_translate
     from tf_transformer.run_dir import load_run
 
     ctranslate2 = import_ctranslate2()
@@ -76,27 +78,12 @@ def main(argv):
     _, length_penalty = ctranslate2_length_penalty(config.alpha, sentencepiece, test[1])
 
     def ours(export: str, beam_size: int | None):
-        """The export's ``serving_default`` (its own beam size) or ``translate_with_options`` at ``beam_size``."""
-        signatures = tf.saved_model.load(export).signatures
+        """The export at its own settings (``serving_default``), or at ``beam_size`` (``translate_with_options``)."""
         if beam_size is None:
-            return lambda batch: [
-                t.decode() for t in signatures["serving_default"](inputs=tf.constant(batch))["translations"].numpy()
-            ]
-        options = read_export_info(export).options
-        settings = {
-            "beam_size": tf.constant(beam_size),
-            "alpha": tf.constant(options.alpha, tf.float32),
-            "nbest": tf.constant(1),
-            "min_length": tf.constant(options.min_length),
-            "max_extra_length": tf.constant(options.max_extra_length),
-        }
-        with_options = signatures["translate_with_options"]
-        return lambda batch: [
-            t.decode()
-            for t in with_options(inputs=tf.constant(batch), target_prefix=tf.constant([""] * len(batch)), **settings)[
-                "translations"
-            ][:, 0].numpy()
-        ]
+            translate = export_translate(export)
+            return lambda batch: [text for text, _ in translate(batch)]
+        translate = export_translate(export, DecodeRequest(beam_size=beam_size))
+        return lambda batch: [nbest[0][0] for nbest in translate(batch)]
 
     beam_size = read_export_info(student_export).options.beam_size
     teacher_beam = read_export_info(teacher_export).options.beam_size
