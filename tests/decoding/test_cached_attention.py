@@ -132,3 +132,26 @@ def test_attention_over_memory_and_cache_runs_in_every_float_type(dtype, groups)
     mask = np.ones((groups, 1, size, 6), bool)
     out = blocked_attention(query, key, blocked_value, tf.constant(mask))
     assert out.dtype == query.dtype and np.isfinite(out.numpy().astype("float32")).all()
+
+
+def test_memory_keys_and_values_are_float32_under_a_bfloat16_layer():
+    """Once per search, the memory's keys and values go to float32: Eigen's float32 product is the faster on CPUs,
+    the scores are wanted in float32, and the step's output comes back in the layer's dtype."""
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, dtype="bfloat16")
+    groups, size, src_len = 2, 3, 5
+    rows = tf.cast(RNG.normal(size=(groups * size, 6)), "bfloat16")
+    memory = tf.cast(RNG.normal(size=(groups, src_len, 6)), "bfloat16")
+    layer(tf.reshape(rows, (groups, size, 6)), memory)  # builds the layer
+    key, value = project_key_value(layer, memory)
+    assert key.dtype == value.dtype == tf.float32
+    np.testing.assert_array_equal(  # the values a bfloat16 projection gives, not recomputed in float32
+        value.numpy(), tf.cast(layer.split_heads(layer.value_dense(memory), 4), "float32").numpy()
+    )
+    mask = np.ones((groups, 1, 1, src_len), bool)
+    kernels = attention_kernels(layer, self_attention=False)
+    output, _ = attend_with_cache(layer, rows, {"key": key, "value": value}, kernels, mask, size)
+    assert output.dtype == tf.bfloat16
+    expected = layer(tf.reshape(rows, (groups, size, 6)), memory, attention_mask=mask)  # [groups, size, 6]
+    np.testing.assert_allclose(
+        tf.cast(output, "float32").numpy(), tf.cast(tf.reshape(expected, (-1, 6)), "float32").numpy(), atol=0.05
+    )

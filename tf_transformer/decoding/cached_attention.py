@@ -140,18 +140,23 @@ def transposed_key_attention(query, key_t, value, attention_mask):
     search: transposed once, each step's Q Kᵀ is a plain product, which runs
     faster than a product with a transposed operand for these few-row
     matrices; ``BatchMatMulV3`` (Eigen's kernel, not rewritten to oneDNN's)
-    runs them faster still. Returns ``[groups, heads, size, d_v]``.
+    runs them faster still. Keys and values in float32 (:func:`project_key_value`)
+    take a 16-bit query cast to float32 and give the output back in its dtype.
+    Returns ``[groups, heads, size, d_v]`` in the query's dtype.
     """
-    scores = _eigen_matmul(scale_query(query), key_t)  # [groups, heads, size, k_len]
+    scores = _eigen_matmul(scale_query(ops.cast(query, key_t.dtype)), key_t)  # [groups, heads, size, k_len]
     weights = masked_softmax(scores, attention_mask, value.dtype, few_row_softmax)  # [groups, heads, size, k_len]
-    return _eigen_matmul(weights, value)  # [groups, heads, size, d_v]
+    return ops.cast(_eigen_matmul(weights, value), query.dtype)  # [groups, heads, size, d_v]
 
 
 def project_key_value(attention, memory, tokens=None):
     """Keys and values of ``memory`` ``[batch, len, d]`` split into heads, once per search.
 
     Returns ``(keys [batch, heads, d_k, len], values [batch, heads, len, d_v])``:
-    the keys transposed, as :func:`transposed_key_attention` takes them. With
+    the keys transposed, as :func:`transposed_key_attention` takes them, both in
+    float32 whatever the compute dtype: Eigen's 16-bit batched product is slower
+    than its float32 one on CPUs, the scores are wanted in float32 for the
+    softmax anyway, and the cast is paid once per search, not per step. With
     ``tokens`` (a :class:`~tf_transformer.decoding.packing.TokenPacking` of
     the memory's real positions) only those rows are projected; padded
     positions, which attention masks, get zeros.
@@ -162,8 +167,9 @@ def project_key_value(attention, memory, tokens=None):
         rows = tokens.take(memory)  # [n, d_model]
         key = tokens.pad(attention.key_dense(rows))  # [batch, len, h·d_k]
         value = tokens.pad(attention.value_dense(rows))  # [batch, len, h·d_v]
-    key = transpose(attention.split_heads(key, attention.key_dim), (0, 1, 3, 2))  # [batch, heads, d_k, len]
-    return key, attention.split_heads(value, attention.value_dim)  # value: [batch, heads, len, d_v]
+    key = transpose(attention.split_heads(ops.cast(key, "float32"), attention.key_dim), (0, 1, 3, 2))
+    # key: [batch, heads, d_k, len]
+    return key, attention.split_heads(ops.cast(value, "float32"), attention.value_dim)  # [batch, heads, len, d_v]
 
 
 def group_heads(attention, x, size, depth):

@@ -15,8 +15,9 @@ def inference_copy(model: Transformer, dtype: str) -> Transformer:
     are cast once per search, but the shared embedding would be cast every step).
     Inference needs no float32 master weights: this copy holds them in ``dtype``
     once, so the matmuls see the same inputs as under ``mixed_<dtype>`` without
-    the casts. Layer norms still compute in float32, and attention's softmax and
-    the logits stay float32.
+    the casts. Layer norms still compute in float32, from float32 γ and β
+    (:class:`~tf_transformer.layers.normalization.LayerNormalization`); attention's
+    softmax, the memory's keys and values and the logits stay float32.
     """
     config = model.get_config()
     config["dtype"] = dtype

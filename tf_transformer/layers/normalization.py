@@ -18,7 +18,15 @@ class LayerNormalization(keras.layers.LayerNormalization):
     config as Keras's layer, float32 statistics for 16-bit inputs, fewer passes over the
     activations in training and decoding (docs/design/training.md). Other axes, ``rms_scaling``,
     ``center=False`` or ``scale=False`` and float64 inputs take Keras's computation.
+
+    γ and β are never 16-bit: a pure 16-bit policy (an inference copy,
+    :func:`~tf_transformer.decoding.precision.inference_copy`) stores them as its
+    mixed counterpart does, since the norm computes in float32 and would otherwise
+    cast both at every call, twice per sub-layer and decoding step.
     """
+
+    def __init__(self, *args, dtype=None, **kwargs):
+        super().__init__(*args, dtype=_float32_variables(dtype), **kwargs)
 
     def call(self, inputs):
         last_axis = self.axis in ([-1], [len(inputs.shape) - 1])
@@ -29,3 +37,12 @@ class LayerNormalization(keras.layers.LayerNormalization):
         variance = tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True)  # [..., 1]
         scale = tf.math.rsqrt(variance + self.epsilon) * tf.cast(self.gamma, "float32")  # [..., d]
         return tf.cast(centred * scale + tf.cast(self.beta, "float32"), self.compute_dtype)
+
+
+def _float32_variables(dtype):
+    """``dtype`` (a Keras dtype policy, its name, or ``None``: the global one), with float32 variables where it
+    stores 16-bit ones."""
+    policy = keras.config.dtype_policy() if dtype is None else keras.dtype_policies.get(dtype)
+    if policy.variable_dtype in ("bfloat16", "float16") and policy.compute_dtype == policy.variable_dtype:
+        return keras.dtype_policies.get(f"mixed_{policy.compute_dtype}")
+    return dtype
