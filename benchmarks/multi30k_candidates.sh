@@ -14,11 +14,12 @@
 #             FFN 256, 4 heads, 4+4 layers, dropout 0.3, peak learning rate 0.005 after 2,000
 #             updates (0.005 = 2.53 · 128^-0.5 · 2000^-0.5), at make demo's budget
 #   anchor40  the same at benchmarks.quality's budget (40 minutes)
-#   d02       `multi30k_40min` (P_drop 0.2) at make demo's budget
-#   d02_ar40  `multi30k_40min` with attention and ReLU dropout 0.1, at 40 minutes
+#   d02       `multi30k` with P_drop 0.2, at make demo's budget
+#   d02_40    the same at 40 minutes
+#   d02_ar40  `multi30k_40min`: P_drop 0.2 with attention and ReLU dropout 0.1, at 40 minutes
 set -euo pipefail
 cd "$(dirname "$0")/.."
-NAME="${1:?usage: benchmarks/multi30k_candidates.sh small|anchor|anchor40|d02|d02_ar40 [SEED]}"
+NAME="${1:?usage: benchmarks/multi30k_candidates.sh small|anchor|anchor40|d02|d02_40|d02_ar40 [SEED]}"
 SEED="${2:-1}"
 DATA="${DATA:-../shared/data/multi30k}"
 if [ ! -d "$DATA" ]; then
@@ -31,9 +32,10 @@ case "$NAME" in
   small) FLAGS=(--config small --minutes 18 --checkpoint_every 100) ;;
   anchor) FLAGS=("${ANCHOR[@]}" --minutes 18) ;;
   anchor40) FLAGS=("${ANCHOR[@]}" --minutes 40) ;;
-  d02) FLAGS=(--config multi30k_40min --minutes 18 --checkpoint_every 100) ;;
-  d02_ar40) FLAGS=(--config multi30k_40min --set attention_dropout=0.1 --set relu_dropout=0.1 --minutes 40) ;;
-  *) echo "multi30k_candidates.sh: unknown candidate $NAME (small, anchor, anchor40, d02, d02_ar40)" >&2; exit 2 ;;
+  d02) FLAGS=(--config multi30k --set dropout=0.2 --minutes 18 --checkpoint_every 100) ;;
+  d02_40) FLAGS=(--config multi30k --set dropout=0.2 --minutes 40) ;;
+  d02_ar40) FLAGS=(--config multi30k_40min --minutes 40) ;;
+  *) echo "multi30k_candidates.sh: unknown candidate $NAME (small, anchor, anchor40, d02, d02_40, d02_ar40)" >&2; exit 2 ;;
 esac
 make -s .venv/.installed
 export TF_CPP_MIN_LOG_LEVEL=2
