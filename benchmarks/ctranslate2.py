@@ -7,9 +7,10 @@ One checkpoint of RUN (default: its newest) is exported four ways: ``tft-export`
 the CPU has a bfloat16 unit, with bfloat16 ones (``--precision bfloat16``), and
 ``tft-export --format ctranslate2`` with float32 and with int8 weights. Each system takes strings and
 returns strings (CTranslate2 through the python ``sentencepiece`` package with the
-export's ``sp.model``), on ``--threads`` threads, one batch at a time, the systems
-interleaved batch by batch with the order rotating, so a shared machine's drift hits
-all alike. Two workloads:
+export's ``sp.model``), on ``--threads`` threads, one batch at a time. Each system runs in
+a process of its own, and they take turns by whole passes, the order rotating by round
+(:mod:`benchmarks.isolated`: interleaved batch by batch in one process, CTranslate2 ran at
+half its speed). Two workloads:
 
 - **test set**: ``--src`` in batches of ``--batch``, beam ``--beam_size``, our α; each
   system's sentences per second, median batch latency and sacreBLEU against ``--ref``. CTranslate2 divides
@@ -46,6 +47,7 @@ JSON object.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -107,13 +109,8 @@ def main(argv):
     tf = start_tensorflow(FLAGS.threads)
     import sentencepiece as spm
 
-    from benchmarks.common import (
-        ctranslate2_length_penalty,
-        ctranslate2_system,
-        has_bfloat16_hardware,
-        interleaved,
-        machine,
-    )
+    from benchmarks.common import ctranslate2_length_penalty, has_bfloat16_hardware, machine
+    from benchmarks.isolated import Isolated, ctranslate2_model_system, in_turn, saved_model_system
     from tf_transformer.bleu import language_of, read_test_set, score
     from tf_transformer.exporting.ctranslate2 import export_ctranslate2, import_ctranslate2
     from tf_transformer.run_dir import checkpoint_dir, checkpoints, load_run
@@ -155,20 +152,21 @@ def main(argv):
     }
     sentencepiece = spm.SentencePieceProcessor(model_file=os.path.join(ct2["float32"], "sp.model"))
     mean_length, length_penalty = ctranslate2_length_penalty(alpha, sentencepiece, references)
-    translators = {
-        weights: ctranslate2.Translator(
-            path, device="cpu", compute_type=weights, intra_threads=FLAGS.threads, inter_threads=1
-        )
-        for weights, path in ct2.items()
-    }
 
     def ours(export_dir):
-        translate = tf.saved_model.load(export_dir).signatures["serving_default"]
-        return lambda batch: [t.decode() for t in translate(inputs=tf.constant(batch))["translations"].numpy()]
+        return Isolated(functools.partial(saved_model_system, export_dir, FLAGS.threads))
 
     def ct2_call(weights, **options):
-        return ctranslate2_system(
-            translators[weights], sentencepiece, FLAGS.beam_size, config.max_extra_length, **options
+        return Isolated(
+            functools.partial(
+                ctranslate2_model_system,
+                ct2[weights],
+                weights,
+                FLAGS.threads,
+                FLAGS.beam_size,
+                config.max_extra_length,
+                **options,
+            )
         )
 
     systems = {
@@ -178,7 +176,7 @@ def main(argv):
         "ct2_int8": ct2_call("int8", length_penalty=length_penalty),
         "ct2_float32_lp1": ct2_call("float32", length_penalty=1.0),
     }
-    test_set = interleaved(systems, sources, FLAGS.batch, FLAGS.rounds)
+    test_set = in_turn(systems, sources, FLAGS.batch, FLAGS.rounds)
     results = {
         "settings": {
             "beam_size": FLAGS.beam_size,
@@ -211,7 +209,7 @@ def main(argv):
     if FLAGS.longest:
         by_length = sorted(sources, key=lambda line: len(sentencepiece.encode(line)), reverse=True)
         longest = by_length[: FLAGS.longest]
-        timings = interleaved(
+        timings = in_turn(
             {n: systems[n] for n in systems if n != "ct2_float32_lp1"}, longest, FLAGS.batch, FLAGS.rounds
         )
         results["longest"] = {
@@ -221,9 +219,16 @@ def main(argv):
         }
         print(f"longest sentences: {results['longest']}", flush=True)
 
+    for system in systems.values():
+        system.close()
+
     if FLAGS.greedy_check:
         results["greedy_identical"] = greedy_identical(
-            checkpoint, translators["float32"], sentencepiece, sources, config.max_extra_length
+            checkpoint,
+            ctranslate2.Translator(ct2["float32"], device="cpu", intra_threads=FLAGS.threads, inter_threads=1),
+            sentencepiece,
+            sources,
+            config.max_extra_length,
         )
         print(f"greedy: {results['greedy_identical']} of the test set identical", flush=True)
 
@@ -240,7 +245,9 @@ def main(argv):
             "ct2_float32": ct2_call("float32", min_decoding_length=length, max_decoding_length=length),
             "ct2_int8": ct2_call("int8", min_decoding_length=length, max_decoding_length=length),
         }
-        timings = interleaved(fixed, sources[: FLAGS.fixed_sentences], FLAGS.batch, FLAGS.rounds)
+        timings = in_turn(fixed, sources[: FLAGS.fixed_sentences], FLAGS.batch, FLAGS.rounds)
+        for system in fixed.values():
+            system.close()
         results["fixed_length"] = {
             "tokens": length,
             "sentences": min(FLAGS.fixed_sentences, len(sources)),

@@ -5,12 +5,12 @@
 Reads what ``tft-distill`` left in ``--work_dir``: the teacher's export
 (``teacher/1``), the student's run (``student/``, its averaged checkpoint) and
 export (``student_export/1``), and ``stages.json``. The student is also converted
-to CTranslate2 with float32 and int8 weights (under ``--ct2_work``). Then, one
-process, ``--threads`` threads each, strings in and out:
+to CTranslate2 with float32 and int8 weights (under ``--ct2_work``). Then, each
+system in a process of its own (:mod:`benchmarks.isolated`), ``--threads`` threads each,
+strings in and out:
 
-- **speed**: the test set in batches of ``--batch``, each system in turn batch by
-  batch (the order rotating, ``--rounds`` passes), so a shared machine's drift hits
-  all alike: the teacher and the student at their exports' beam size and greedy
+- **speed**: the test set in batches of ``--batch``, the systems taking turns by whole
+  passes (the order rotating, ``--rounds`` rounds): the teacher and the student at their exports' beam size and greedy
   (``translate_with_options`` with ``beam_size`` 1), CTranslate2's student at both.
   Sentences per second, p50 batch latency, and each system's speed over the
   teacher's at the beam size.
@@ -24,6 +24,7 @@ The last line is one JSON object.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -63,12 +64,12 @@ def main(argv):
     tf = start_tensorflow(FLAGS.threads)
     import sentencepiece as spm
 
-    from benchmarks.common import ctranslate2_length_penalty, ctranslate2_system, interleaved, machine
+    from benchmarks.common import ctranslate2_length_penalty, machine
+    from benchmarks.isolated import Isolated, ctranslate2_model_system, in_turn, saved_model_system
     from tf_transformer.bleu import language_of, read_test_set, score
     from tf_transformer.decoding.request import DecodeRequest
     from tf_transformer.exporting.ctranslate2 import export_ctranslate2, import_ctranslate2
     from tf_transformer.exporting.export_info import read_export_info
-    from tf_transformer.inference.batch_translation import export_translate
     from tf_transformer.run_dir import load_run
 
     ctranslate2 = import_ctranslate2()
@@ -79,38 +80,41 @@ def main(argv):
 
     def ours(export: str, beam_size: int | None):
         """The export at its own settings (``serving_default``), or at ``beam_size`` (``translate_with_options``)."""
-        if beam_size is None:
-            translate = export_translate(export)
-            return lambda batch: [text for text, _ in translate(batch)]
-        translate = export_translate(export, DecodeRequest(beam_size=beam_size))
-        return lambda batch: [nbest[0][0] for nbest in translate(batch)]
+        request = None if beam_size is None else DecodeRequest(beam_size=beam_size)
+        return Isolated(functools.partial(saved_model_system, export, FLAGS.threads, request))
 
     beam_size = read_export_info(student_export).options.beam_size
     teacher_beam = read_export_info(teacher_export).options.beam_size
-    translators = {}
-    for weights in ("float32", "int8"):
-        path = export_ctranslate2(
+    converted = {
+        weights: export_ctranslate2(
             student_dir,
             os.path.join(FLAGS.ct2_work, f"student_ct2_{weights}"),
             quantization=None if weights == "float32" else weights,
             overwrite=True,
         )
-        translators[weights] = ctranslate2.Translator(
-            path, device="cpu", compute_type=weights, intra_threads=FLAGS.threads, inter_threads=1
-        )
+        for weights in ("float32", "int8")
+    }
     systems = {
         f"teacher_beam{teacher_beam}": ours(teacher_export, None),
         "teacher_greedy": ours(teacher_export, 1),
         f"student_beam{beam_size}": ours(student_export, None),
         "student_greedy": ours(student_export, 1),
     }
-    for weights, translator in translators.items():
+    for weights, path in converted.items():
         for beam, name in ((beam_size, f"beam{beam_size}"), (1, "greedy")):
-            systems[f"student_ct2_{weights}_{name}"] = ctranslate2_system(
-                translator, sentencepiece, beam, config.max_extra_length, length_penalty=length_penalty
+            systems[f"student_ct2_{weights}_{name}"] = Isolated(
+                functools.partial(
+                    ctranslate2_model_system,
+                    path,
+                    weights,
+                    FLAGS.threads,
+                    beam,
+                    config.max_extra_length,
+                    length_penalty=length_penalty,
+                )
             )
 
-    timed = interleaved(systems, test[0], FLAGS.batch, FLAGS.rounds)
+    timed = in_turn(systems, test[0], FLAGS.batch, FLAGS.rounds)
     teacher_speed = timed[f"teacher_beam{teacher_beam}"][0]
     language = language_of(split_path(FLAGS.test_split, FLAGS.tgt))
     dev = None
@@ -126,7 +130,7 @@ def main(argv):
         }
         if dev is not None:
             batches = [dev[0][start : start + FLAGS.batch] for start in range(0, len(dev[0]), FLAGS.batch)]
-            translated = [line for batch in batches for line in systems[name](batch)]
+            translated = systems[name].run(batches)[0]
             results[name][FLAGS.dev_split] = quality(score(translated, dev[1], language=language))
         print(f"{name}: {results[name]}", flush=True)
     stages_path = os.path.join(FLAGS.work_dir, "stages.json")
