@@ -133,6 +133,8 @@ def main(argv):
             translated = systems[name].run(batches)[0]
             results[name][FLAGS.dev_split] = quality(score(translated, dev[1], language=language))
         print(f"{name}: {results[name]}", flush=True)
+    for system in systems.values():
+        system.close()
     stages_path = os.path.join(FLAGS.work_dir, "stages.json")
     stages = {}
     if os.path.exists(stages_path):

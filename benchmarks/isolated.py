@@ -55,10 +55,17 @@ def ctranslate2_model_system(
 
 
 def _serve(connection, build) -> None:
-    """The child: builds its system, then translates each list of batches it is sent, timing every batch."""
+    """The child: builds its system, then translates each list of batches it is sent, timing every batch,
+    until it is sent ``None`` or its parent is gone."""
     system = build()
     connection.send("ready")
-    while (batches := connection.recv()) is not None:
+    while True:
+        try:
+            batches = connection.recv()
+        except EOFError:  # the parent exited without closing this system
+            return
+        if batches is None:
+            return
         outputs, seconds = [], []
         for batch in batches:
             start = time.perf_counter()
