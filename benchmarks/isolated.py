@@ -83,15 +83,22 @@ class Isolated:
         self._connection = parent
         self._process = multiprocessing.get_context("spawn").Process(target=_serve, args=(child, build), daemon=True)
         self._process.start()
-        if not parent.poll(1800) or parent.recv() != "ready":
-            raise RuntimeError(f"the benchmark system {build} did not start")
+        child.close()  # the child's end lives in the child only: its exit then reads as EOF here
+        try:
+            ready = parent.poll(1800) and parent.recv() == "ready"
+        except EOFError:
+            ready = False
+        if not ready:
+            self._process.kill()
+            raise RuntimeError(f"the benchmark system {build} did not start (its error is above)")
 
     def run(self, batches: list[list[str]]) -> tuple[list[str], list[float]]:
         """The outputs of ``batches`` (one after another) and the seconds each batch took."""
-        self._connection.send(batches)
-        if not self._process.is_alive() and not self._connection.poll():
-            raise RuntimeError("the benchmark system's process died")
-        return self._connection.recv()
+        try:
+            self._connection.send(batches)
+            return self._connection.recv()
+        except (EOFError, BrokenPipeError):
+            raise RuntimeError("the benchmark system's process died (its error is above)") from None
 
     def __call__(self, batch: list[str]) -> list[str]:
         return self.run([batch])[0]

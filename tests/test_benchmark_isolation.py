@@ -3,6 +3,8 @@
 import functools
 import os
 
+import pytest
+
 from benchmarks.isolated import Isolated, in_turn
 
 
@@ -27,3 +29,12 @@ def test_systems_run_in_processes_of_their_own_and_keep_the_sentence_order():
         processes[name] = set(pids)
     assert all(len(pids) == 1 for pids in processes.values())
     assert processes["a"] != processes["b"] and str(os.getpid()) not in processes["a"] | processes["b"]
+
+
+def failing_system():
+    raise ValueError("no such model")
+
+
+def test_a_system_that_cannot_be_built_is_an_error_not_a_hang():
+    with pytest.raises(RuntimeError, match="did not start"):
+        Isolated(functools.partial(failing_system))
