@@ -85,7 +85,7 @@ def timed(run, batches) -> float:
 
 
 def rotated(names: list, offset: int) -> list:
-    """``names`` starting at ``offset`` (wrapping): the order interleaved benchmarks run their systems in."""
+    """``names`` starting at ``offset`` (wrapping): the order a benchmark runs its systems in at turn ``offset``."""
     offset %= max(len(names), 1)
     return names[offset:] + names[:offset]
 
@@ -114,29 +114,6 @@ def choose_averaging(model_dir: str, candidates: list[str], evaluate, metric: st
         scores[last] = (result, checkpoint, time.perf_counter() - start)
         print(f"dev with the last {last} checkpoint(s) averaged: {result}", flush=True)
     return max(scores, key=lambda n: scores[n][0][metric]), scores
-
-
-def interleaved(systems: dict, sentences: list[str], batch: int, rounds: int) -> dict:
-    """Each system's ``(sentences per second, outputs of the first round, p50 batch ms)`` over ``sentences`` in
-    batches of ``batch``, ``rounds`` times, the systems taking turns batch by batch (the order rotating), so a
-    shared machine's drift hits all alike; one warm-up batch each. A system maps a list of strings to theirs."""
-    batches = [sentences[start : start + batch] for start in range(0, len(sentences), batch)]
-    for call in systems.values():
-        call(batches[0])
-    seconds = {name: [] for name in systems}
-    outputs = {name: [] for name in systems}
-    for round_index in range(rounds):
-        for i, sentences_in in enumerate(batches):
-            for name in rotated(list(systems), i + round_index):
-                start = time.perf_counter()
-                translated = systems[name](sentences_in)
-                seconds[name].append(time.perf_counter() - start)
-                if round_index == 0:
-                    outputs[name].extend(translated)
-    return {
-        name: (round(len(sentences) * rounds / sum(seconds[name]), 2), outputs[name], median_ms(seconds[name]))
-        for name in systems
-    }
 
 
 def median_ms(seconds: list[float]) -> float:

@@ -79,9 +79,10 @@ class Isolated:
     module-level function) built and run in a spawned process of its own."""
 
     def __init__(self, build: functools.partial):
-        parent, child = multiprocessing.get_context("spawn").Pipe()
+        spawn = multiprocessing.get_context("spawn")
+        parent, child = spawn.Pipe()
         self._connection = parent
-        self._process = multiprocessing.get_context("spawn").Process(target=_serve, args=(child, build), daemon=True)
+        self._process = spawn.Process(target=_serve, args=(child, build), daemon=True)
         self._process.start()
         child.close()  # the child's end lives in the child only: its exit then reads as EOF here
         try:
@@ -99,9 +100,6 @@ class Isolated:
             return self._connection.recv()
         except (EOFError, BrokenPipeError):
             raise RuntimeError("the benchmark system's process died (its error is above)") from None
-
-    def __call__(self, batch: list[str]) -> list[str]:
-        return self.run([batch])[0]
 
     def close(self) -> None:
         self._connection.send(None)
