@@ -532,20 +532,18 @@ def beam_search(
         done = sentence_done(state, early_stop, sentences.max_lengths, sentences.best_possible_penalty, min_finished)
         return state._replace(done=done)
 
-    def body(state: BeamState, sentences: Sentences, results):
+    def decode_step(state: BeamState, sentences: Sentences) -> BeamState:
+        """One decoding step of every sentence still searched."""
         rows = tf.shape(state.live_log_probs)[0]  # the sentences still searched
         ids = _flatten(state.live_ids[:, :, state.step])  # [rows*K]
         log_probs, cache = step_fn(ids, state.cache, state.step)  # [rows*K, vocab]
-        state = advance(state._replace(cache=cache), sentences, _unflatten(log_probs, rows, k))  # [rows, K, vocab]
-        if compaction is None:
-            return state, sentences, results
+        return advance(state._replace(cache=cache), sentences, _unflatten(log_probs, rows, k))  # [rows, K, vocab]
+
+    def worth_dropping(state: BeamState):
+        """``bool[]``: a quarter of the sentences a step computed are done, not all (see ``compaction``)."""
+        rows = tf.shape(state.done)[0]
         finished = tf.reduce_sum(tf.cast(state.done, tf.int32))
-        worth_it = (finished > 0) & (finished < rows) & (4 * finished >= rows)  # a quarter done, not all
-
-        def dropped():
-            return compact(state, sentences, results, compaction, alpha)
-
-        return tf.cond(worth_it, dropped, lambda: (state, sentences, results))
+        return (finished > 0) & (finished < rows) & (4 * finished >= rows)
 
     state = initial_state(
         batch, k, length, initial_cache, () if constraint is None else constraint.start(batch, k, length + 1)
@@ -557,29 +555,53 @@ def beam_search(
         log_probs = tf.tile(first_log_probs[:, None, :], [1, k, 1])  # [batch, K, vocab]
         state = advance(state._replace(cache=cache), sentences, log_probs)
         iterations = tf.maximum(length - 1, 0)
-    results = ()
-    invariants = None
-    if compaction is not None:
-        results = (tf.zeros([batch, k, length], tf.int32), tf.zeros([batch, k], tf.float32))  # [batch, K, ...]
-        invariants = (
-            unknown_sentences(state._replace(step=(), cache=()))._replace(
-                step=state.step.shape, cache=compaction.shapes(state.cache)
-            ),
-            unknown_sentences(sentences),
-            tf.nest.map_structure(lambda x: x.shape, results),
+    if compaction is None:
+        state, sentences = tf.while_loop(
+            lambda state, sentences: still_searching(state, length),
+            lambda state, sentences: (decode_step(state, sentences), sentences),
+            (state, sentences),
+            maximum_iterations=iterations,
         )
+        return (*best_hypotheses(state, k, alpha), state.step)
+
+    # Steps run in an inner loop until a quarter of its sentences are done; the outer loop then
+    # drops them (compact) and starts the next. A tf.cond in every step instead cost a Switch and
+    # a Merge per tensor of the state, the cache and the results at every step
+    # (docs/design/decoding.md).
+    state_shapes = unknown_sentences(state._replace(step=(), cache=()))._replace(
+        step=state.step.shape, cache=compaction.shapes(state.cache)
+    )
+
+    def steps(state: BeamState, sentences: Sentences) -> BeamState:
+        """Steps until the search ends or a quarter of its sentences are done."""
+        state, _ = tf.while_loop(
+            lambda state, sentences: still_searching(state, length) & ~worth_dropping(state),
+            lambda state, sentences: (decode_step(state, sentences), sentences),
+            (state, sentences),
+            shape_invariants=(state_shapes, unknown_sentences(sentences)),
+        )
+        return state
+
+    def phase(state: BeamState, sentences: Sentences, results):
+        state = steps(state, sentences)
+        return tf.cond(
+            worth_dropping(state),
+            lambda: compact(state, sentences, results, compaction, alpha),
+            lambda: (state, sentences, results),
+        )
+
+    results = (tf.zeros([batch, k, length], tf.int32), tf.zeros([batch, k], tf.float32))  # [batch, K, ...]
     state, sentences, results = tf.while_loop(
         lambda state, sentences, results: still_searching(state, length),
-        body,
+        phase,
         (state, sentences, results),
-        shape_invariants=invariants,
-        maximum_iterations=iterations,
+        shape_invariants=(
+            state_shapes,
+            unknown_sentences(sentences),
+            tf.nest.map_structure(lambda x: x.shape, results),
+        ),
     )
     ids, scores = best_hypotheses(state, k, alpha)
-    if compaction is not None:  # the sentences still in the loop join those dropped before
-        at = sentences.rows[:, None]
-        ids, scores = (
-            tf.tensor_scatter_nd_update(results[0], at, ids),
-            tf.tensor_scatter_nd_update(results[1], at, scores),
-        )
+    at = sentences.rows[:, None]  # the sentences still in the loop join those dropped before
+    ids, scores = tf.tensor_scatter_nd_update(results[0], at, ids), tf.tensor_scatter_nd_update(results[1], at, scores)
     return ids, scores, state.step
