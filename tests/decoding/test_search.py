@@ -598,3 +598,32 @@ def test_dropping_finished_sentences_changes_no_hypothesis():
         assert len({tuple(row) for row in ids[:, 0]}) > 1  # the sentences' outputs differ: rows cannot swap
         if forced_ids is not None:  # one hypothesis, then two fillers: no tokens, NEG_INF, wherever it stopped
             assert list(ids[2, 0, :2]) == [4, EOS_ID] and (ids[2, 1:] == 0).all() and (scores[2, 1:] == -1.0e9).all()
+
+
+def test_steps_between_compactions_run_no_conditional():
+    """The loop that runs the steps holds no ``tf.cond``: a cond in every step lowered to a Switch and a
+    Merge per carried tensor (state, cache, results); finished sentences are dropped in an outer loop."""
+    from tf_transformer.decoding.beam_search import Compaction
+
+    beam, batch = 3, len(EOS_CHANCE)
+    compaction = Compaction(
+        lambda cache, keep, step: {"sentence": tf.gather(cache["sentence"], tf.reshape(keep[:, None] * beam, [-1]))},
+        lambda cache: {"sentence": tf.TensorShape([None])},
+    )
+    cache = {"sentence": tf.repeat(tf.range(batch), beam)}  # [batch * beam]
+    search = functools.partial(
+        beam_search, sentence_table_step(tf.Variable(0)), cache, batch, tf.fill([batch], 12), beam_size=beam,
+        compaction=compaction,
+    )  # fmt: skip
+    graph_def = tf.function(search).get_concrete_function().graph.as_graph_def()
+    library = {function.signature.name: function for function in graph_def.library.function}
+
+    def loop_bodies(nodes):
+        return [library[node.attr["body"].func.name] for node in nodes if node.op in ("While", "StatelessWhile")]
+
+    [outer] = loop_bodies(graph_def.node)
+    [inner] = loop_bodies(outer.node_def)
+    step_ops = {node.op for node in inner.node_def}
+    assert "GatherNd" in step_ops  # the step itself (sentence_table_step) runs in the inner loop
+    assert not step_ops & {"If", "StatelessIf"}, step_ops
+    assert step_ops.isdisjoint({"While", "StatelessWhile"})
