@@ -99,7 +99,9 @@ def test_greedy_search_keeps_eos_from_coming_first(translator):
     from tf_transformer import masks
 
     model = build_transformer(get_config("tiny"))
-    source = tf.constant([[9, 10, 11, EOS_ID]])
+    # No EOS in the source: the embedding is shared, so changing EOS's row below would
+    # change the memory too, and with it the state EOS is aimed at (about 1 model in 70).
+    source = tf.constant([[9, 10, 11]])
     memory, memory_mask = model.encode(source)
     bos = tf.constant([[BOS_ID]])
     hidden = model.decoder(
