@@ -17,9 +17,11 @@
 #   d02       `multi30k` with P_drop 0.2, at make demo's budget
 #   d02_40    the same at 40 minutes
 #   d02_ar40  `multi30k_40min`: P_drop 0.2 with attention and ReLU dropout 0.1, at 40 minutes
+#   v5k40     the same with a 5,000-piece vocabulary (Sennrich and Zhang, 2019: smaller subword
+#             vocabularies for low-resource translation), at 40 minutes
 set -euo pipefail
 cd "$(dirname "$0")/.."
-NAME="${1:?usage: benchmarks/multi30k_candidates.sh small|anchor|anchor40|d02|d02_40|d02_ar40 [SEED]}"
+NAME="${1:?usage: benchmarks/multi30k_candidates.sh small|anchor|anchor40|d02|d02_40|d02_ar40|v5k40 [SEED]}"
 SEED="${2:-1}"
 DATA="${DATA:-../shared/data/multi30k}"
 if [ ! -d "$DATA" ]; then
@@ -35,7 +37,8 @@ case "$NAME" in
   d02) FLAGS=(--config multi30k --set dropout=0.2 --minutes 18 --checkpoint_every 100) ;;
   d02_40) FLAGS=(--config multi30k --set dropout=0.2 --minutes 40) ;;
   d02_ar40) FLAGS=(--config multi30k_40min --minutes 40) ;;
-  *) echo "multi30k_candidates.sh: unknown candidate $NAME (small, anchor, anchor40, d02, d02_40, d02_ar40)" >&2; exit 2 ;;
+  v5k40) FLAGS=(--config multi30k_40min --vocab_size 5000 --minutes 40) ;;
+  *) echo "multi30k_candidates.sh: unknown candidate $NAME (small, anchor, anchor40, d02, d02_40, d02_ar40, v5k40)" >&2; exit 2 ;;
 esac
 make -s .venv/.installed
 export TF_CPP_MIN_LOG_LEVEL=2
