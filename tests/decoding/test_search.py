@@ -546,6 +546,17 @@ def sentence_table_step(counter):
     return step_fn
 
 
+def sentence_table_compaction(beam):
+    """How a search drops finished sentences from :func:`sentence_table_step`'s cache (``beam`` rows each)."""
+    from tf_transformer.decoding.beam_search import Compaction
+
+    def select(cache, keep, step):
+        rows = tf.reshape(keep[:, None] * beam + tf.range(beam)[None, :], [-1])
+        return {"sentence": tf.gather(cache["sentence"], rows)}
+
+    return Compaction(select, lambda cache: {"sentence": tf.TensorShape([None])})
+
+
 def test_dropping_finished_sentences_in_the_decoder_cache_changes_nothing():
     """Sources of 2 to 12 tokens: the short ones leave while the long ones go on writing new cache blocks."""
     model = build_transformer(get_config("tiny"))
@@ -565,15 +576,8 @@ def test_dropping_finished_sentences_in_the_decoder_cache_changes_nothing():
 
 def test_dropping_finished_sentences_changes_no_hypothesis():
     """Sentences leave the loop as they end (fewer rows computed); n-best, scores and steps stay the same."""
-    from tf_transformer.decoding.beam_search import Compaction
-
     beam, batch = 3, len(EOS_CHANCE)
-
-    def select(cache, keep, step):
-        rows = tf.reshape(keep[:, None] * beam + tf.range(beam)[None, :], [-1])
-        return {"sentence": tf.gather(cache["sentence"], rows)}
-
-    compaction = Compaction(select, lambda cache: {"sentence": tf.TensorShape([None])})
+    compaction = sentence_table_compaction(beam)
     max_lengths = tf.constant([12, 12, 9, 12, 12, 12, 10, 12])
     # Sentence 2 forced to start with "a" and end right after: one beam alive, the others fill its n-best.
     prefixes = tf.constant([[0], [0], [4], [0], [0], [0], [0], [0]])
@@ -603,13 +607,8 @@ def test_dropping_finished_sentences_changes_no_hypothesis():
 def test_steps_between_compactions_run_no_conditional():
     """The loop that runs the steps holds no ``tf.cond``: a cond in every step lowered to a Switch and a
     Merge per carried tensor (state, cache, results); finished sentences are dropped in an outer loop."""
-    from tf_transformer.decoding.beam_search import Compaction
-
     beam, batch = 3, len(EOS_CHANCE)
-    compaction = Compaction(
-        lambda cache, keep, step: {"sentence": tf.gather(cache["sentence"], tf.reshape(keep[:, None] * beam, [-1]))},
-        lambda cache: {"sentence": tf.TensorShape([None])},
-    )
+    compaction = sentence_table_compaction(beam)
     cache = {"sentence": tf.repeat(tf.range(batch), beam)}  # [batch * beam]
     search = functools.partial(
         beam_search, sentence_table_step(tf.Variable(0)), cache, batch, tf.fill([batch], 12), beam_size=beam,
