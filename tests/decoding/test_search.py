@@ -626,3 +626,30 @@ def test_steps_between_compactions_run_no_conditional():
     assert "GatherNd" in step_ops  # the step itself (sentence_table_step) runs in the inner loop
     assert not step_ops & {"If", "StatelessIf"}, step_ops
     assert step_ops.isdisjoint({"While", "StatelessWhile"})
+
+
+def test_the_models_steps_choose_their_attention_products_once_per_run_of_steps():
+    """The translator's steps between compactions hold no ``tf.cond`` either: the choice of the self-attention
+    products by rows (Eigen's for few, oneDNN's for many) is made around each run of steps, whose rows are
+    fixed, not in every layer at every step. 10 sentences × 2 beams start above the threshold (20 rows) and
+    end below it as sentences leave: both traced loops run in one search, as the reference decodes."""
+    model = build_transformer(get_config("tiny"))
+    lengths = [2, 12, 3, 11, 5, 9, 2, 7, 12, 4]
+    source = np.zeros((len(lengths), 12), "int32")
+    for row, length in enumerate(lengths):
+        source[row, :length] = RNG.integers(4, 256, length)
+        source[row, length - 1] = EOS_ID
+    translator = Translator(model, tokenizer=None, options=DecodeOptions(beam_size=2, alpha=0.6, max_extra_length=7))
+    search = tf.function(lambda x: translator.search(x)[:2])
+    graph_def = search.get_concrete_function(tf.TensorSpec([None, None], tf.int32)).graph.as_graph_def()
+    library = {function.signature.name: function for function in graph_def.library.function}
+    nodes = [*graph_def.node, *(node for function in library.values() for node in function.node_def)]
+    bodies = [library[node.attr["body"].func.name] for node in nodes if node.op in ("While", "StatelessWhile")]
+    step_loops = [ops for ops in ({node.op for node in body.node_def} for body in bodies) if "InplaceUpdate" in ops]
+    assert len(step_loops) == 2, len(step_loops)  # traced with Eigen's products and with oneDNN's
+    assert all(not ops & {"If", "StatelessIf"} for ops in step_loops)
+    assert sorted("BatchMatMulV2" in ops for ops in step_loops) == [False, True]  # oneDNN's in one only
+    full_ids, full_scores, _ = reference_beam_search(translator, source)
+    ids, scores = search(source)
+    np.testing.assert_array_equal(np.asarray(ids), np.asarray(full_ids))
+    np.testing.assert_allclose(np.asarray(scores), np.asarray(full_scores), atol=1e-4)

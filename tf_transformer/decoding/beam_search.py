@@ -397,10 +397,15 @@ class Compaction(NamedTuple):
         in that order (``step``: the position the next step writes).
       shapes: ``cache →`` the cache's static shapes with the sentences' axis unknown
         (the search loop's shape invariants).
+      by_rows: optional ``(rows int32[], trace) → trace()``: the steps between two
+        compactions all compute the same ``rows`` hypotheses, so a choice of the
+        step's kernels by rows can be made once for them, around their loop
+        (:func:`~tf_transformer.decoding.cached_attention.products_by_rows`).
     """
 
     select: Any
     shapes: Any
+    by_rows: Any = None
 
 
 def take_sentences(tree, rows):
@@ -574,13 +579,18 @@ def beam_search(
 
     def steps(state: BeamState, sentences: Sentences) -> BeamState:
         """Steps until the search ends or a quarter of its sentences are done."""
-        state, _ = tf.while_loop(
-            lambda state, sentences: still_searching(state, length) & ~worth_dropping(state),
-            lambda state, sentences: (decode_step(state, sentences), sentences),
-            (state, sentences),
-            shape_invariants=(state_shapes, unknown_sentences(sentences)),
-        )
-        return state
+
+        def run():
+            return tf.while_loop(
+                lambda state, sentences: still_searching(state, length) & ~worth_dropping(state),
+                lambda state, sentences: (decode_step(state, sentences), sentences),
+                (state, sentences),
+                shape_invariants=(state_shapes, unknown_sentences(sentences)),
+            )[0]
+
+        if compaction.by_rows is None:
+            return run()
+        return compaction.by_rows(tf.shape(state.done)[0] * k, run)  # rows: sentences × K
 
     def phase(state: BeamState, sentences: Sentences, results):
         state = steps(state, sentences)

@@ -39,6 +39,8 @@ The functions use only the layer's documented inference interface
 
 from __future__ import annotations
 
+import threading
+
 import tensorflow as tf
 from keras import ops
 
@@ -73,6 +75,32 @@ def few_row_softmax(scores):
 # (docs/design/decoding.md).
 EIGEN_PRODUCT_ROWS = 16
 
+# The products :func:`blocked_attention` uses while :func:`products_by_rows` traces (True: Eigen's).
+_chosen = threading.local()
+
+
+def products_by_rows(rows, trace):
+    """``trace()``, its self-attention products over the cache chosen once for ``rows`` (int32 scalar).
+
+    A loop whose steps all compute ``rows`` hypotheses (the steps between two
+    compactions of a beam search, a greedy search) is traced twice, once with
+    Eigen's products and once with oneDNN's, and a ``tf.cond`` on ``rows`` runs
+    one of them: one choice per loop instead of a ``tf.cond`` in every layer at
+    every step, whose Switches, Merge and row count were ops of the step.
+    """
+    if in_xla():
+        return trace()
+
+    def traced(eigen: bool):
+        before = getattr(_chosen, "eigen", None)
+        _chosen.eigen = eigen
+        try:
+            return trace()
+        finally:
+            _chosen.eigen = before
+
+    return tf.cond(rows <= EIGEN_PRODUCT_ROWS, lambda: traced(True), lambda: traced(False))
+
 
 def blocked_attention(query, key, value, attention_mask):
     """Eq. 1 over keys and values stored in blocks of positions.
@@ -85,10 +113,15 @@ def blocked_attention(query, key, value, attention_mask):
     for one float32 softmax across all blocks, as eq. 1 over the blocks'
     concatenation, without concatenating the blocks (which would copy them).
     The products run by Eigen's kernel for at most :data:`EIGEN_PRODUCT_ROWS`
-    query rows, by oneDNN's for more. Returns ``[groups, heads, size, d_v]``.
+    query rows, by oneDNN's for more: as :func:`products_by_rows` chose while it
+    traces, else by the static rows, else by a ``tf.cond``. Returns ``[groups,
+    heads, size, d_v]``.
     """
     if in_xla():
         return _blocked_attention(query, key, value, attention_mask, tf.linalg.matmul)
+    eigen = getattr(_chosen, "eigen", None)
+    if eigen is not None:
+        return _blocked_attention(query, key, value, attention_mask, _eigen_matmul if eigen else tf.linalg.matmul)
     rows = ops.shape(query)[0] * ops.shape(query)[2]  # groups * size: a Python int where static
     if isinstance(rows, int):
         matmul = _eigen_matmul if rows <= EIGEN_PRODUCT_ROWS else tf.linalg.matmul

@@ -14,6 +14,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tf_transformer.constants import BOS_ID, EOS_ID, PAD_ID
+from tf_transformer.decoding import cached_attention
 from tf_transformer.decoding.beam_search import NEG_INF
 from tf_transformer.decoding.incremental import IncrementalDecoder
 
@@ -104,12 +105,16 @@ def single_search(
         finished_now = finished | (chosen == EOS_ID)
         return step + 1, chosen, write(tokens, step, chosen), total + log_prob, finished_now, cache, rules_after
 
-    _, _, tokens, total, _, _, _ = tf.while_loop(
-        not_done,
-        body,
-        (tf.constant(1), token, tokens, total, token == EOS_ID, cache, rules),
-        maximum_iterations=limit,
-    )
+    def run():
+        return tf.while_loop(
+            not_done,
+            body,
+            (tf.constant(1), token, tokens, total, token == EOS_ID, cache, rules),
+            maximum_iterations=limit,
+        )
+
+    # Every step computes the whole batch: the step's products are chosen once, not at every step.
+    _, _, tokens, total, _, _, _ = cached_attention.products_by_rows(batch, run)
     return tokens, total
 
 

@@ -13,6 +13,7 @@ from pipelines.vocab import Tokenizer
 from tf_transformer.attention_views.alignment import graph_word_alignment, hypothesis_attention
 from tf_transformer.constants import EOS_ID, PAD_ID
 from tf_transformer.decoding import cache as caching
+from tf_transformer.decoding import cached_attention
 from tf_transformer.decoding.beam_search import Compaction, beam_search, take_sentences, unknown_sentences
 from tf_transformer.decoding.decode_options import DecodeOptions
 from tf_transformer.decoding.incremental import IncrementalDecoder
@@ -187,7 +188,7 @@ class Translator(tf.Module):
             first_step_fn=first_step_fn,
             forced_ids=prefix_ids,
             early_stop=self.options.early_stop,
-            compaction=Compaction(select, shapes),
+            compaction=Compaction(select, shapes, by_rows=cached_attention.products_by_rows),
             constraint=self.constraint,
             constraint_inputs=() if self.constraint is None else self.constraint.read_input(inputs),
             min_finished=request.nbest,
