@@ -557,14 +557,19 @@ def sentence_table_compaction(beam):
     return Compaction(select, lambda cache: {"sentence": tf.TensorShape([None])})
 
 
-def test_dropping_finished_sentences_in_the_decoder_cache_changes_nothing():
-    """Sources of 2 to 12 tokens: the short ones leave while the long ones go on writing new cache blocks."""
-    model = build_transformer(get_config("tiny"))
-    lengths = [2, 12, 3, 11]
-    source = np.zeros((4, 12), "int32")
+def sources_of_lengths(lengths, width):
+    """Random token ids, one row per length, each ending in EOS and padded with zeros to ``width``."""
+    source = np.zeros((len(lengths), width), "int32")  # [sentences, width]
     for row, length in enumerate(lengths):
         source[row, :length] = RNG.integers(4, 256, length)
         source[row, length - 1] = EOS_ID
+    return source
+
+
+def test_dropping_finished_sentences_in_the_decoder_cache_changes_nothing():
+    """Sources of 2 to 12 tokens: the short ones leave while the long ones go on writing new cache blocks."""
+    model = build_transformer(get_config("tiny"))
+    source = sources_of_lengths([2, 12, 3, 11], width=12)
     translator = Translator(model, tokenizer=None, options=DecodeOptions(beam_size=2, alpha=0.6, max_extra_length=7))
     full_ids, full_scores, _ = reference_beam_search(translator, source)
     cached = tf.function(lambda x: translator.search(x)[:2])
@@ -634,11 +639,7 @@ def test_the_models_steps_choose_their_attention_products_once_per_run_of_steps(
     fixed, not in every layer at every step. 10 sentences × 2 beams start above the threshold (20 rows) and
     end below it as sentences leave: both traced loops run in one search, as the reference decodes."""
     model = build_transformer(get_config("tiny"))
-    lengths = [2, 12, 3, 11, 5, 9, 2, 7, 12, 4]
-    source = np.zeros((len(lengths), 12), "int32")
-    for row, length in enumerate(lengths):
-        source[row, :length] = RNG.integers(4, 256, length)
-        source[row, length - 1] = EOS_ID
+    source = sources_of_lengths([2, 12, 3, 11, 5, 9, 2, 7, 12, 4], width=12)
     translator = Translator(model, tokenizer=None, options=DecodeOptions(beam_size=2, alpha=0.6, max_extra_length=7))
     search = tf.function(lambda x: translator.search(x)[:2])
     graph_def = search.get_concrete_function(tf.TensorSpec([None, None], tf.int32)).graph.as_graph_def()
