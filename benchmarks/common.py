@@ -90,32 +90,6 @@ def rotated(names: list, offset: int) -> list:
     return names[offset:] + names[:offset]
 
 
-def choose_averaging(model_dir: str, candidates: list[str], evaluate, metric: str) -> tuple[int, dict]:
-    """How many of the last checkpoints to average, chosen on dev by ``metric`` (higher is better).
-
-    Each candidate count (capped at the checkpoints kept) is averaged into
-    ``model_dir/averaged_<n>`` (the last checkpoint itself for 1) and scored by
-    ``evaluate(checkpoint) -> dict``. Returns the best count and, for every count,
-    ``(result, checkpoint, decode seconds)``.
-    """
-    from tf_transformer.run_dir import checkpoint_dir
-    from tf_transformer.training.averaging import average_checkpoints, last_checkpoints
-
-    available = len(tf.train.get_checkpoint_state(checkpoint_dir(model_dir)).all_model_checkpoint_paths)
-    scores = {}
-    for last in sorted({min(int(n), available) for n in candidates}):
-        checkpoint = (
-            last_checkpoints(model_dir, 1)[0]
-            if last == 1
-            else average_checkpoints(model_dir, last=last, output=os.path.join(model_dir, f"averaged_{last}"))
-        )
-        start = time.perf_counter()
-        result = evaluate(checkpoint)
-        scores[last] = (result, checkpoint, time.perf_counter() - start)
-        print(f"dev with the last {last} checkpoint(s) averaged: {result}", flush=True)
-    return max(scores, key=lambda n: scores[n][0][metric]), scores
-
-
 def median_ms(seconds: list[float]) -> float:
     """The median of ``seconds`` in milliseconds: a batch's p50 latency."""
     ordered = sorted(seconds)

@@ -60,7 +60,7 @@ def main(argv):
     del argv
     import tensorflow as tf
 
-    from benchmarks.common import choose_averaging, machine
+    from benchmarks.common import machine
     from configs import RunOptions, get_config, parse_overrides
     from tf_transformer.decoding.decode_options import DecodeOptions
     from tf_transformer.inference.batch_translation import translate_with_checkpoint
@@ -69,6 +69,7 @@ def main(argv):
     from tf_transformer.tasks.parsing.evalb import right_branching, score
     from tf_transformer.tasks.parsing.task import score_outputs
     from tf_transformer.tasks.parsing.treebank import read_range
+    from tf_transformer.training.averaging import choose_averaging
     from tf_transformer.training.options import effective
     from tf_transformer.training.trainer import train
 
@@ -123,7 +124,9 @@ def main(argv):
         result = score_outputs(sources, [nbest[0][0] for nbest in nbests], gold, linearization)
         return {**result, "decode_seconds": round(time.perf_counter() - start, 1)}
 
-    best, tune_scores = choose_averaging(model_dir, FLAGS.average, lambda c: decode(FLAGS.tune_files, c), "f1")
+    best, tune_scores = choose_averaging(
+        model_dir, FLAGS.average, lambda c: decode(FLAGS.tune_files, c), "f1", report=print
+    )
     checkpoint = tune_scores[best][1]
     dev = decode(FLAGS.dev_files, checkpoint)
     free = decode(FLAGS.dev_files, checkpoint, constrained=False)

@@ -46,11 +46,12 @@ def main(argv):
     del argv
     import tensorflow as tf
 
-    from benchmarks.common import choose_averaging, machine
+    from benchmarks.common import machine
     from configs import RunOptions, get_config, parse_overrides
     from tf_transformer.bleu import read_test_set, score
     from tf_transformer.exporting.saved_model import export_run
     from tf_transformer.inference.batch_translation import translate_lines, translate_with_checkpoint
+    from tf_transformer.training.averaging import choose_averaging
     from tf_transformer.training.trainer import train
 
     logging.set_verbosity(logging.WARNING)
@@ -96,7 +97,7 @@ def main(argv):
         nbests = translate_with_checkpoint(model_dir, dev_src, 64, checkpoint=checkpoint)
         return score([nbest[0][0] for nbest in nbests], dev_ref, language=FLAGS.tgt)
 
-    best, dev_scores = choose_averaging(model_dir, FLAGS.average, evaluate, "bleu")
+    best, dev_scores = choose_averaging(model_dir, FLAGS.average, evaluate, "bleu", report=print)
     dev_result, checkpoint, _ = dev_scores[best]
 
     export_dir = os.path.join(model_dir, "export", "1")

@@ -27,7 +27,7 @@ from tf_transformer.training import (
     TransformerSchedule,
     paper_optimizer,
 )
-from tf_transformer.training.averaging import average_checkpoints, last_checkpoints
+from tf_transformer.training.averaging import average_checkpoints, choose_averaging, last_checkpoints
 from tf_transformer.training.losses import TreeCrossEntropy, label_smoothed_nll
 from tf_transformer.training.optimizers import FusedAdam
 from tf_transformer.training.trainer import compile_model, train
@@ -459,6 +459,28 @@ def test_average_is_exactly_the_mean_of_the_last_checkpoints(tmp_path, train_cor
         np.testing.assert_array_equal(weight.numpy(), expected)
     with pytest.raises(ValueError, match="keeps only"):
         average_checkpoints(run, last=99)
+
+
+@pytest.mark.slow
+def test_the_number_of_checkpoints_averaged_is_chosen_by_the_dev_score(tmp_path, train_corpus_dir):
+    """Each count is averaged into its own directory (1 is the newest checkpoint itself, a count above those
+    kept is capped), scored once, and the best by the metric wins, whichever it is."""
+    run = str(tmp_path / "run")
+    train(tiny_config(), tiny_options(train_corpus_dir, checkpoint_every=1), run)
+    kept = len(tf.train.get_checkpoint_state(os.path.join(run, "checkpoints")).all_model_checkpoint_paths)
+    assert kept >= 3
+    for winner in (2, kept):
+        seen, lines = [], []
+
+        def evaluate(checkpoint, winner=winner, seen=seen):
+            seen.append(checkpoint)
+            count = 1 if checkpoint == last_checkpoints(run, 1)[0] else int(checkpoint.split("averaged_")[1][:-5])
+            return {"bleu": 10.0 if count == winner else float(count), "count": count}
+
+        best, scores = choose_averaging(run, [1, 2, 99], evaluate, "bleu", report=lines.append)
+        assert best == winner and sorted(scores) == [1, 2, kept] and len(seen) == len(lines) == 3
+        assert [scores[n][0]["count"] for n in (1, 2, kept)] == [1, 2, kept]  # each count scored its own average
+        assert scores[kept][1] == os.path.join(os.path.abspath(run), f"averaged_{kept}", "ckpt")
 
 
 def test_cli_errors_name_the_flag(tmp_path):

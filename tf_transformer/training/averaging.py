@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import tensorflow as tf
@@ -53,3 +55,35 @@ def average_checkpoints(model_dir: str, last: int = 5, output: str | None = None
             raise write_failed("average", output, error, os.path.exists(output)) from None
         raise
     return os.path.join(output, "ckpt")
+
+
+def choose_averaging(
+    model_dir: str,
+    candidates: Iterable[int | str],
+    evaluate: Callable[[str], dict],
+    metric: str,
+    report: Callable[[str], None] | None = None,
+) -> tuple[int, dict]:
+    """How many of the last checkpoints to average, chosen on a dev set by ``metric`` (higher is better).
+
+    Section 6.1 averages a fixed number, written at fixed intervals; under a time budget the
+    number of updates, and so the span the last ``n`` checkpoints cover, depends on the CPU,
+    so the count is chosen on dev (never on a test set). Each count (capped at the
+    checkpoints kept) is averaged into ``model_dir/averaged_<n>`` (the last checkpoint
+    itself for 1) and scored by ``evaluate(checkpoint) -> dict``; ``report`` gets a line per
+    count. Returns the best count and, for every count, ``(result, checkpoint, seconds)``.
+    """
+    available = len(checkpoints(checkpoint_dir(model_dir)))
+    scores = {}
+    for last in sorted({min(int(n), available) for n in candidates}):
+        checkpoint = (
+            last_checkpoints(model_dir, 1)[0]
+            if last == 1
+            else average_checkpoints(model_dir, last=last, output=os.path.join(model_dir, f"averaged_{last}"))
+        )
+        start = time.perf_counter()
+        result = evaluate(checkpoint)
+        scores[last] = (result, checkpoint, time.perf_counter() - start)
+        if report:
+            report(f"dev with the last {last} checkpoint(s) averaged: {result}")
+    return max(scores, key=lambda n: scores[n][0][metric]), scores
