@@ -78,7 +78,7 @@ def main() -> int:
     # The chosen average becomes the run's current one (model_dir/averaged), which tft-export, tft-translate
     # and the documented benchmark commands load by default: the same mean as averaged_<last>, recomputed.
     averaged = average_checkpoints(model_dir, last=last)
-    by_count = ", ".join(f"{n}: {result['bleu']:.2f}" for n, (result, _, _) in val_scores.items())
+    by_count = ", ".join(f"{n}: {scored['bleu']:.2f}" for n, (scored, _, _) in val_scores.items())
     print(
         f"[3/4] averaging the last {last} checkpoint(s), chosen on val (BLEU by count: {by_count}) → {averaged}; "
         f"exporting {export_dir}",
@@ -104,7 +104,7 @@ def main() -> int:
         {
             "steps": summary["steps"],
             "averaged": last,
-            "val_bleu_by_averaged": {str(n): result["bleu"] for n, (result, _, _) in val_scores.items()},
+            "val_bleu_by_averaged": {str(n): scored["bleu"] for n, (scored, _, _) in val_scores.items()},
             "train_minutes": round(summary["train_seconds"] / 60, 1),
             "total_minutes": round((time.perf_counter() - start) / 60, 1),
             "export": export_dir,
