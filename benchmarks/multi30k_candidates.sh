@@ -38,6 +38,9 @@ if [ ! -d "$DATA" ]; then
 fi
 ANCHOR=(--config small --set d_model=128 --set d_ff=256 --set num_layers=4 --set num_heads=4
   --set dropout=0.3 --set warmup_steps=2000 --set learning_rate_scale=2.53)
+# Equal updates, not minutes: this host class's count in the baseline's budget (see above).
+AMX_40MIN=(--config multi30k_40min --set train_steps=3569 --minutes 90)
+DEMO_UPDATES=(--config multi30k --set train_steps=1541 --minutes 60 --checkpoint_every 100)
 case "$NAME" in
   small) FLAGS=(--config small --minutes 18 --checkpoint_every 100) ;;
   anchor) FLAGS=("${ANCHOR[@]}" --minutes 18) ;;
@@ -46,11 +49,11 @@ case "$NAME" in
   d02_40) FLAGS=(--config multi30k --set dropout=0.2 --minutes 40) ;;
   d02_ar40) FLAGS=(--config multi30k_40min --minutes 40) ;;
   v5k40) FLAGS=(--config multi30k_40min --vocab_size 5000 --minutes 40) ;;
-  ls02_40) FLAGS=(--config multi30k_40min --set label_smoothing=0.2 --set train_steps=3569 --minutes 90) ;;
-  ls03_40) FLAGS=(--config multi30k_40min --set label_smoothing=0.3 --set train_steps=3569 --minutes 90) ;;
-  demo1541) FLAGS=(--config multi30k --set train_steps=1541 --minutes 60 --checkpoint_every 100) ;;
-  ls03) FLAGS=(--config multi30k --set label_smoothing=0.3 --set train_steps=1541 --minutes 60 --checkpoint_every 100) ;;
-  w300) FLAGS=(--config multi30k --set warmup_steps=300 --set train_steps=1541 --minutes 60 --checkpoint_every 100) ;;
+  ls02_40) FLAGS=("${AMX_40MIN[@]}" --set label_smoothing=0.2) ;;
+  ls03_40) FLAGS=("${AMX_40MIN[@]}" --set label_smoothing=0.3) ;;
+  demo1541) FLAGS=("${DEMO_UPDATES[@]}") ;;
+  ls03) FLAGS=("${DEMO_UPDATES[@]}" --set label_smoothing=0.3) ;;
+  w300) FLAGS=("${DEMO_UPDATES[@]}" --set warmup_steps=300) ;;
   *) echo "multi30k_candidates.sh: unknown candidate $NAME (small, anchor, anchor40, d02, d02_40, d02_ar40, v5k40, ls02_40, ls03_40, demo1541, ls03, w300)" >&2; exit 2 ;;
 esac
 make -s .venv/.installed
