@@ -106,7 +106,7 @@ def main(argv):
         sources = tf.reduce_sum(tf.cast(ids != 0, tf.int32), axis=1)  # [batch]
         lengths = options.longest_output(sources, None, None, tf.minimum, tf.maximum)
         cache = decoding.empty_cache(tf.shape(ids)[0], tf.reduce_max(lengths), memory.dtype, options.beam_size)
-        return [constants[-1]["memory_key"], cache["layers"][-1]["value"], cache["history"]]
+        return [constants["memory"]["key"], *cache["layers"][-1].values(), cache["history"]]
 
     @tf.function(input_signature=[ids_spec])
     def search(ids):

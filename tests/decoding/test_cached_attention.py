@@ -71,7 +71,7 @@ def test_attending_over_a_static_cache_equals_the_layer():
     assert returned is cache  # static: nothing written
 
 
-@pytest.mark.parametrize("key_dim, value_dim", [(4, 4), (4, 3)])
+@pytest.mark.parametrize("key_dim, value_dim", [(4, 4), (4, 3)])  # keys and values in one tensor, and apart
 def test_self_attention_written_step_by_step_equals_the_layers_causal_call(key_dim, value_dim):
     """Hypotheses that never reorder, past the first block of 8: each step equals the causal call at its position."""
     groups, size, length = 2, 2, 11
@@ -81,10 +81,8 @@ def test_self_attention_written_step_by_step_equals_the_layers_causal_call(key_d
     expected = np.asarray(layer(x, x, attention_mask=causal))  # [groups * size, len, 6]
     blocks = (length + caching.CACHE_BLOCK - 1) // caching.CACHE_BLOCK
     slots = caching.CACHE_BLOCK * size
-    cache = {
-        "key": caching.new_slots((blocks, groups, 2, slots, key_dim), "float32"),
-        "value": caching.new_slots((blocks, groups, 2, slots, value_dim), "float32"),
-    }
+    cache = caching.layer_slots(blocks, groups, 2, slots, key_dim, value_dim, "float32")
+    assert set(cache) == ({"key_value"} if key_dim == value_dim else {"key", "value"})
     history = np.zeros((groups * size, blocks * caching.CACHE_BLOCK), "int32")
     kernels = attention_kernels(layer, self_attention=True)
     for step in range(length):

@@ -7,7 +7,13 @@ Hypothesis ``k`` writes its key and value of position ``p`` into block
 them: when beam search reorders hypotheses only ``history`` (which hypothesis
 wrote each position of a prefix) moves, and each hypothesis's attention mask
 picks its own prefix out of the slots. Reading the blocks written so far is a
-view of the first axis, so no step copies the prefix. docs/design/decoding.md
+view of the first axis, so no step copies the prefix.
+
+When ``d_k == d_v`` (every preset but Table 3's row B) a layer's keys and
+values are one tensor, ``"key_value"`` ``[2 * blocks, ...]``: keys in the first
+``blocks`` blocks, values in the next. A step then writes them with one op and
+the loop carries one tensor a layer, not two (a carried tensor costs three ops
+a step). Otherwise they are ``"key"`` and ``"value"``. docs/design/decoding.md
 says why each of these exists.
 """
 
@@ -44,43 +50,52 @@ class CacheStep(NamedTuple):
     """
 
     position: tf.Tensor  # int32 scalar: the position every hypothesis writes
-    write_rows: tf.Tensor | None  # int32[batch * heads]: rows of write_slots' flat view (None under XLA)
+    write_rows: tf.Tensor | None  # int32[parts * batch * heads]: rows of write_slots' flat view (None under XLA)
     read_size: tf.Tensor | None  # int32[5]: tf.slice size of the blocks attention reads (None at position 0)
     mask: tf.Tensor | None  # bool [batch, 1, size, blocks read * slots]: each hypothesis's own prefix
 
 
-def slot_rows(cache, position):
-    """The rows of :func:`write_slots`' flat view that ``position`` takes, one per sentence and head.
+def slot_rows(cache, position, parts=1):
+    """The rows of :func:`write_slots`' flat view that ``position`` takes, one per part, sentence and head.
 
-    ``cache`` ``[blocks, batch, heads, CACHE_BLOCK * size, d]``: position ``p`` lives
-    in block ``p // CACHE_BLOCK``, at row ``p % CACHE_BLOCK`` of its ``(batch, head)``.
+    ``cache`` ``[parts * blocks, batch, heads, CACHE_BLOCK * size, d]``: in each
+    part (keys, values), position ``p`` lives in block ``p // CACHE_BLOCK``, at
+    row ``p % CACHE_BLOCK`` of its ``(batch, head)``.
     """
-    _, batch, heads, _, _ = ops.shape(cache)
-    return (
-        (position // CACHE_BLOCK) * (batch * heads * CACHE_BLOCK)
-        + ops.arange(batch * heads) * CACHE_BLOCK
-        + position % CACHE_BLOCK
+    all_blocks, batch, heads, _, _ = ops.shape(cache)
+    rows_per_block = batch * heads * CACHE_BLOCK
+    rows = (
+        (position // CACHE_BLOCK) * rows_per_block + ops.arange(batch * heads) * CACHE_BLOCK + position % CACHE_BLOCK
     )  # [batch * heads]
+    if parts == 1:
+        return rows
+    part = (all_blocks // parts) * rows_per_block  # rows in a part
+    return ops.concatenate([rows] + [rows + i * part for i in range(1, parts)], axis=0)  # [parts * batch * heads]
 
 
 def write_slots(cache, new, position, rows):
-    """``cache`` ``[blocks, batch, heads, block * size, d]`` with ``new`` ``[batch, heads, size, d]`` at ``position``.
+    """``cache`` ``[parts * blocks, batch, heads, block * size, d]`` with ``new`` ``[parts, batch, heads, size, d]``
+    at ``position``.
 
-    Position ``p`` lives in block ``p // block``, slots ``(p % block) * size``
+    In each part, position ``p`` lives in block ``p // block``, slots ``(p % block) * size``
     onwards. Viewed as rows of ``size * d`` (one per block, batch, head and
-    position in the block), the write is ``InplaceUpdate`` of ``batch * heads``
+    position in the block), the write is ``InplaceUpdate`` of ``parts * batch * heads``
     rows, ``rows`` (:func:`slot_rows` of ``position``; unused, and ``None``, under
     XLA): it changes the buffer in place instead of copying the whole cache
     every step, as ``ops.slice_update`` does outside XLA. The cache passed in
     must come from :func:`new_slots` or an earlier write and must not be used
     again: only the returned tensor is valid. Under XLA, which has no
     ``InplaceUpdate`` kernel and updates loop buffers in place itself, this is
-    ``ops.slice_update``.
+    ``ops.slice_update``, once per part.
     """
-    _, _, size, depth = ops.shape(new)
+    parts, _, _, size, depth = ops.shape(new)
     if in_xla():
         block = ops.shape(cache)[3] // size
-        return ops.slice_update(cache, (position // block, 0, 0, (position % block) * size, 0), new[None])
+        blocks = ops.shape(cache)[0] // parts
+        for part in range(parts):
+            start = (part * blocks + position // block, 0, 0, (position % block) * size, 0)
+            cache = ops.slice_update(cache, start, new[part : part + 1])
+        return cache
     width = size * depth  # a constant when the beam size and depth are
     flat = tf.reshape(cache, [-1, width])  # [blocks * batch * heads * block, size * d]
     flat = tf.raw_ops.InplaceUpdate(x=flat, i=rows, v=tf.reshape(new, [-1, width]))
@@ -100,9 +115,57 @@ def first_blocks(cache, size):
     return view
 
 
-def hypotheses_per_sentence(cache):
-    """``size`` of a layer cache ``[blocks, batch, heads, CACHE_BLOCK * size, d]``: a Python int when static."""
-    return ops.shape(cache)[3] // CACHE_BLOCK
+def hypotheses_per_sentence(layer):
+    """``size`` of a layer's cache (``[parts * blocks, batch, heads, CACHE_BLOCK * size, d]`` each): a Python int
+    when static."""
+    return ops.shape(next(iter(layer.values())))[3] // CACHE_BLOCK
+
+
+def _parts(name):
+    """How many of keys and values the cache tensor ``name`` holds."""
+    return 2 if name == "key_value" else 1
+
+
+def layer_slots(blocks, batch, heads, slots, key_dim, value_dim, dtype):
+    """One layer's empty cache of ``blocks`` blocks of ``slots``: ``{"key_value"}`` when ``key_dim == value_dim``,
+    else ``{"key", "value"}`` (see the module docstring)."""
+    if key_dim == value_dim:
+        return {"key_value": new_slots((2 * blocks, batch, heads, slots, key_dim), dtype)}
+    return {
+        "key": new_slots((blocks, batch, heads, slots, key_dim), dtype),
+        "value": new_slots((blocks, batch, heads, slots, value_dim), dtype),
+    }
+
+
+def write_layer(layer, new, where: CacheStep, first_of=None):
+    """``layer``'s cache with a step's keys and values written at ``where.position``.
+
+    ``new`` holds them as the cache does: ``"key_value"`` ``[2, groups, heads,
+    size, d]`` or ``"key"`` and ``"value"`` ``[1, groups, heads, size, d_k | d_v]``
+    (:func:`~tf_transformer.decoding.cached_attention.split_query_key_value`).
+    ``first_of``: one row per sentence (``size`` 1) fills the slots of all
+    ``first_of`` hypotheses. Used linearly, as :func:`write_slots`.
+    """
+    written = {}
+    for name, slots in layer.items():
+        part = new[name]  # [parts, groups, heads, size, d]
+        if first_of is not None:
+            part = ops.repeat(part, first_of, axis=3)  # [parts, groups, heads, first_of, d]
+        written[name] = write_slots(slots, ops.cast(part, slots.dtype), where.position, where.write_rows)
+    return written
+
+
+def read_layer(layer, where: CacheStep):
+    """``(keys, values)`` of the blocks ``where`` reads, ``[blocks read, groups, heads, slots, d]``: views, not copies.
+
+    The two halves of a joined cache come from ``Split`` of its first axis, which, like
+    :func:`first_blocks`, shares the buffer.
+    """
+    if "key_value" in layer:
+        keys, values = tf.split(layer["key_value"], 2, axis=0)  # [blocks, groups, heads, slots, d] each
+    else:
+        keys, values = layer["key"], layer["value"]
+    return first_blocks(keys, where.read_size), first_blocks(values, where.read_size)
 
 
 def empty_cache(decoder, batch, max_length, dtype, beam_size=1):
@@ -112,17 +175,14 @@ def empty_cache(decoder, batch, max_length, dtype, beam_size=1):
     ``max_length`` is rounded up to whole blocks. ``history`` ``int32[batch *
     beam_size, blocks * block]``: for each hypothesis and position, which
     hypothesis of its sentence wrote the key and value of that position of its
-    prefix. ``layers``: one ``{"key", "value"}`` per layer (see the module docstring).
+    prefix. ``layers``: one :func:`layer_slots` per layer (see the module docstring).
     """
     blocks = (max_length + CACHE_BLOCK - 1) // CACHE_BLOCK
     slots = CACHE_BLOCK * beam_size
     return {
         "history": ops.zeros((batch * beam_size, blocks * CACHE_BLOCK), "int32"),
         "layers": [
-            {
-                "key": new_slots((blocks, batch, decoder.num_heads, slots, decoder.key_dim), dtype),
-                "value": new_slots((blocks, batch, decoder.num_heads, slots, decoder.value_dim), dtype),
-            }
+            layer_slots(blocks, batch, decoder.num_heads, slots, decoder.key_dim, decoder.value_dim, dtype)
             for _ in decoder.decoder_layers
         ],
     }
@@ -148,7 +208,10 @@ def write_history(history, size, step):
 
 def cache_step(cache, position, read_size=None, mask=None) -> CacheStep:
     """The :class:`CacheStep` of ``position`` for every layer: its write rows computed once."""
-    rows = None if in_xla() else slot_rows(cache["layers"][0]["key"], position)  # [batch * heads]
+    rows = None
+    if not in_xla():
+        name, slots = next(iter(cache["layers"][0].items()))  # every layer's tensors are laid out alike
+        rows = slot_rows(slots, position, _parts(name))  # [parts * batch * heads]
     return CacheStep(position, rows, read_size, mask)
 
 
@@ -182,22 +245,26 @@ def select_sentences(cache, keep, position):
     the later ones are new zeroed blocks, so the result is a fresh buffer that
     :func:`write_slots` may update in place.
     """
-    size = hypotheses_per_sentence(cache["layers"][0]["key"])
+    size = hypotheses_per_sentence(cache["layers"][0])
     rows = ops.reshape(keep[:, None] * size + ops.arange(size)[None, :], (-1,))  # [n * size]
     layers = []
     for layer in cache["layers"]:
         selected = {}
         for name, slots in layer.items():
-            blocks = ops.shape(slots)[0]
+            parts = _parts(name)
+            shape = ops.shape(slots)
+            blocks = shape[0] // parts
             written = ops.minimum(position // CACHE_BLOCK + 1, blocks)
-            view = first_blocks(slots, ops.stack([written, -1, -1, -1, -1]))  # [written, batch, heads, width, d]
-            kept = tf.gather(view, keep, axis=1)  # [written, n, heads, width, d]
-            _, _, heads, width, depth = ops.shape(slots)
+            by_part = tf.reshape(slots, tf.concat([[parts, -1], tf.shape(slots)[1:]], axis=0))
+            # by_part: [parts, blocks, batch, heads, width, d]
+            kept = tf.gather(by_part[:, :written], keep, axis=2)  # [parts, written, n, heads, width, d]
+            _, _, heads, width, depth = shape
             unwritten = new_slots(
-                (blocks - written, ops.shape(keep)[0], heads, width, depth), slots.dtype
-            )  # [blocks - written, n, heads, width, d]: zeros
-            fresh = ops.concatenate([kept, unwritten], axis=0)  # [blocks, n, heads, block * size, d]
-            fresh.set_shape([slots.shape[0], None, *slots.shape[2:]])
+                (parts, blocks - written, ops.shape(keep)[0], heads, width, depth), slots.dtype
+            )  # [parts, blocks - written, n, heads, width, d]: zeros
+            fresh = ops.concatenate([kept, unwritten], axis=1)  # [parts, blocks, n, heads, width, d]
+            fresh = tf.reshape(fresh, ops.stack([shape[0], ops.shape(keep)[0], heads, width, depth]))
+            fresh.set_shape([slots.shape[0], None, *slots.shape[2:]])  # [parts * blocks, n, heads, width, d]
             selected[name] = fresh
         layers.append(selected)
     return {"history": ops.take(cache["history"], rows, axis=0), "layers": layers}

@@ -222,26 +222,30 @@ def ungroup_heads(attention, x):
 
 
 def split_query_key_value(attention, projected, size):
-    """Rows projected by the fused self-attention kernel → query, key and value heads.
+    """Rows projected by the fused self-attention kernel → ``(query heads, new keys and values)``.
 
     ``projected`` is ``[groups * size, h·d_k + h·d_k + h·d_v]`` (see
     :func:`~tf_transformer.decoding.kernels.attention_kernels`), ``size`` rows
-    per group; returns three ``[groups, heads, size, d]``. When ``d_k == d_v``
-    one transpose moves all three and slicing its first axis shares the
-    buffer; otherwise each is split and moved.
+    per group; the query is ``[groups, heads, size, d_k]``. Keys and values
+    come laid out as the layer's cache keeps them
+    (:func:`~tf_transformer.decoding.cache.layer_slots`): when ``d_k == d_v``
+    one transpose moves all three and ``"key_value"`` ``[2, groups, heads,
+    size, d]`` is a slice of its first axis, sharing the buffer; otherwise
+    ``"key"`` and ``"value"`` ``[1, groups, heads, size, d_k | d_v]`` are split
+    and moved apart.
     """
     heads, key_dim, value_dim = attention.num_heads, attention.key_dim, attention.value_dim
     if key_dim == value_dim:
         x = ops.reshape(projected, (-1, size, 3, heads, key_dim))  # [groups, size, 3, heads, d]
         x = transpose(x, (2, 0, 3, 1, 4))  # [3, groups, heads, size, d]
-        return [x[0], x[1], x[2]]  # slices of the first axis: views (when aligned), not copies
+        return x[0], {"key_value": x[1:]}  # slices of the first axis: views (when aligned), not copies
     query, key, value = tf.split(
         projected, [heads * key_dim] * 2 + [heads * value_dim], axis=-1
     )  # [groups * size, h·d]
-    return [
-        group_heads(attention, x, size, depth)
-        for x, depth in zip((query, key, value), (key_dim, key_dim, value_dim), strict=True)
-    ]
+    return group_heads(attention, query, size, key_dim), {
+        "key": group_heads(attention, key, size, key_dim)[None],
+        "value": group_heads(attention, value, size, value_dim)[None],
+    }
 
 
 def attend(attention, query_heads, key_heads, value_heads, kernels, attention_mask=None):
@@ -280,12 +284,12 @@ def attend_with_cache(attention, rows, cache, kernels, attention_mask, size, upd
       attention: the :class:`~tf_transformer.layers.attention.MultiHeadAttention`.
       rows: ``[groups * size, d_model]``, one row per hypothesis, ``size`` per
         sentence (a Python int), consecutive.
-      cache: ``{"key", "value"}``. With ``update``: the self-attention cache in
-        blocks, ``[blocks, groups, heads, slots, d]``
-        (:func:`~tf_transformer.decoding.cache.empty_cache`), used linearly:
-        only the returned one is valid. Without: a static cache, the memory's
-        transposed keys ``[groups, heads, d_k, k_len]`` and values ``[groups,
-        heads, k_len, d_v]`` (:func:`project_key_value`), returned as given.
+      cache: with ``update``, the layer's self-attention cache in blocks
+        (:func:`~tf_transformer.decoding.cache.layer_slots`), used linearly:
+        only the returned one is valid. Without: a static cache ``{"key",
+        "value"}``, the memory's transposed keys ``[groups, heads, d_k,
+        k_len]`` and values ``[groups, heads, k_len, d_v]``
+        (:func:`project_key_value`), returned as given.
       kernels: the layer's kernels for decoding
         (:func:`~tf_transformer.decoding.kernels.attention_kernels`): ``input``
         projects query, key and value (fused) with ``update``, the query alone
@@ -306,16 +310,10 @@ def attend_with_cache(attention, rows, cache, kernels, attention_mask, size, upd
         )  # [groups, heads, size, d_k]
         return attend(attention, query, cache["key"], cache["value"], kernels, attention_mask), cache
     projected = project(rows, kernels["input"])  # [groups * size, h·d_k + h·d_k + h·d_v]
-    query, new_key, new_value = split_query_key_value(attention, projected, size)  # [groups, heads, size, d]
-    written = {}
-    for name, new in (("key", new_key), ("value", new_value)):
-        if first_of is not None:  # one row per sentence fills every hypothesis's slot
-            new = ops.repeat(new, first_of, axis=2)  # [groups, heads, first_of, d]
-        written[name] = caching.write_slots(
-            cache[name], ops.cast(new, cache[name].dtype), update.position, update.write_rows
-        )
+    query, new = split_query_key_value(attention, projected, size)  # query [groups, heads, size, d_k]
+    written = caching.write_layer(cache, new, update, first_of)
     if first_of is not None:
-        return attend_to_itself(attention, new_value, kernels), written  # [groups, output_dim]
-    key = caching.first_blocks(written["key"], update.read_size)  # [blocks, groups, heads, slots, d_k]
-    value = caching.first_blocks(written["value"], update.read_size)  # [blocks, groups, heads, slots, d_v]
+        value = new["key_value"][1] if "key_value" in new else new["value"][0]  # [groups, heads, 1, d_v]
+        return attend_to_itself(attention, value, kernels), written  # [groups, output_dim]
+    key, value = caching.read_layer(written, update)  # [blocks, groups, heads, slots, d_k | d_v]
     return attend(attention, query, key, value, kernels, attention_mask), written

@@ -13,6 +13,9 @@ about decoding.
 
 from __future__ import annotations
 
+import tensorflow as tf
+from keras import ops
+
 from tf_transformer.decoding import cache as caching
 from tf_transformer.decoding import cached_attention
 from tf_transformer.decoding.kernels import attention_kernels, feed_forward_kernels, feed_forward_rows
@@ -58,24 +61,26 @@ class IncrementalDecoder:
             for layer in self.decoder.decoder_layers
         ]
 
-    def constants(self, memory, weights=None, memory_mask=None) -> list:
-        """What every step of one search reuses, per layer: memory keys and values, and the kernels.
+    def constants(self, memory, weights=None, memory_mask=None) -> dict:
+        """What every step of one search reuses: the layers' memory keys and values, and their kernels.
 
         ``memory`` is ``[batch, src_len, d_model]``, not repeated per beam: the
-        beams of a sentence share its encoder-decoder keys and values (the keys
-        transposed, ``[batch, heads, d_k, src_len]``). ``weights`` come from
-        :meth:`decoding_weights` (by default prepared here, once per search,
-        outside the decoding loop). With ``memory_mask`` ``[batch, 1, 1,
-        src_len]`` the keys and values are projected for the real positions only.
+        beams of a sentence share its encoder-decoder keys and values.
+        ``"memory"`` holds every layer's, stacked (:func:`stack_memory`):
+        ``"key"`` ``[layers, batch, heads, d_k, src_len]`` (transposed) and
+        ``"value"`` ``[layers, batch, heads, src_len, d_v]``. ``"layers"``: the
+        kernels from :meth:`decoding_weights` (by default prepared here, once
+        per search, outside the decoding loop). With ``memory_mask`` ``[batch,
+        1, 1, src_len]`` the keys and values are projected for the real
+        positions only.
         """
         weights = self.decoding_weights() if weights is None else weights
         tokens = None if memory_mask is None else TokenPacking(memory_mask[:, 0, 0, :])
-        constants = []
-        for layer, layer_weights in zip(self.decoder.decoder_layers, weights, strict=True):
-            memory_key, memory_value = cached_attention.project_key_value(layer.cross_attention, memory, tokens)
-            # memory_key: [batch, heads, d_k, src_len]; memory_value: [batch, heads, src_len, d_v]
-            constants.append({"memory_key": memory_key, "memory_value": memory_value, **layer_weights})
-        return constants
+        projected = [
+            cached_attention.project_key_value(layer.cross_attention, memory, tokens)
+            for layer in self.decoder.decoder_layers
+        ]  # per layer: keys [batch, heads, d_k, src_len], values [batch, heads, src_len, d_v]
+        return {"memory": stack_memory(projected), "layers": list(weights)}
 
     def empty_cache(self, batch, max_length, dtype, beam_size=1):
         """:func:`~tf_transformer.decoding.cache.empty_cache` of this model's decoder."""
@@ -93,7 +98,7 @@ class IncrementalDecoder:
         ``[batch, 1, 1, src_len]`` source mask. The self-attention mask is built
         once here for all layers (:func:`~tf_transformer.decoding.cache.prefix_step`).
         """
-        size = caching.hypotheses_per_sentence(cache["layers"][0]["key"])  # a Python int for a search's cache
+        size = caching.hypotheses_per_sentence(cache["layers"][0])  # a Python int for a search's cache
         history = caching.write_history(cache["history"], size, step)  # [batch * size, max_len]
         where = caching.prefix_step(cache, history, step, size)
         return self._run(target_ids, cache, history, constants, where, memory_mask)
@@ -106,7 +111,7 @@ class IncrementalDecoder:
         instead of ``size``; the returned cache is what :meth:`step` writes at
         position 0 for every hypothesis.
         """
-        size = caching.hypotheses_per_sentence(cache["layers"][0]["key"])
+        size = caching.hypotheses_per_sentence(cache["layers"][0])
         history = caching.write_history(cache["history"], size, 0)  # [batch * size, max_len]
         where = caching.cache_step(cache, 0)
         return self._run(target_ids, cache, history, constants, where, memory_mask, first_of=size)
@@ -117,23 +122,57 @@ class IncrementalDecoder:
         embedded = model.target_embedding(target_ids[:, None])  # [rows, 1, d_model]
         x = (embedded + decoder.position_layer(embedded, start_index=where.position)[None])[:, 0]  # [rows, d_model]
         layer_caches = []
-        for layer, layer_cache, layer_constants in zip(decoder.decoder_layers, cache["layers"], constants, strict=True):
-            x, layer_cache = layer_step(layer, x, layer_cache, layer_constants, where, memory_mask, first_of)
+        memories = layer_memories(constants["memory"], len(decoder.decoder_layers))
+        for layer, layer_cache, kernels, memory in zip(
+            decoder.decoder_layers, cache["layers"], constants["layers"], memories, strict=True
+        ):
+            x, layer_cache = layer_step(layer, x, layer_cache, kernels, memory, where, memory_mask, first_of)
             layer_caches.append(layer_cache)
         hidden = decoder.finish(x)  # [rows, d_model]
         logits = model.target_embedding(hidden, reverse=True)  # [rows, vocab]
         return logits, {"history": history, "layers": layer_caches}
 
 
-def layer_step(layer, x, cache, constants, where: caching.CacheStep, memory_mask, first_of=None):
+def stack_memory(layers) -> dict:
+    """Every layer's memory keys and values ``[(keys, values), ...]`` as ``{"key", "value"}``, stacked on a
+    first axis of layers.
+
+    A decoding loop carries or captures each tensor at three ops a step: two
+    stacked tensors, unstacked each step (:func:`layer_memories`, one ``Unpack``
+    each), cost fewer ops than two per layer. Sentences are the second axis.
+    """
+    keys, values = zip(*layers, strict=True)
+    return {"key": ops.stack(keys), "value": ops.stack(values)}
+
+
+def layer_memories(memory, layers: int) -> list:
+    """:func:`stack_memory`'s tensors → one ``{"key", "value"}`` per layer: ``Unpack`` of the first axis,
+    whose outputs share the stacked buffers."""
+    keys = tf.unstack(memory["key"], num=layers)  # [batch, heads, d_k, src_len] each
+    values = tf.unstack(memory["value"], num=layers)  # [batch, heads, src_len, d_v] each
+    return [{"key": key, "value": value} for key, value in zip(keys, values, strict=True)]
+
+
+def select_memory(memory, keep):
+    """:func:`stack_memory`'s tensors for sentences ``keep`` (``int32[n]``) only."""
+    return {name: tf.gather(x, keep, axis=1) for name, x in memory.items()}
+
+
+def memory_shapes(memory):
+    """:func:`stack_memory`'s static shapes with the sentences' axis unknown: a search loop's shape invariants."""
+    return {name: tf.TensorShape([x.shape[0], None, *x.shape[2:]]) for name, x in memory.items()}
+
+
+def layer_step(layer, x, cache, kernels, memory, where: caching.CacheStep, memory_mask, first_of=None):
     """One step of a :class:`~tf_transformer.layers.decoder.DecoderLayer` for ``size`` hypotheses per sentence.
 
     ``x`` is ``[batch * size, d_model]``, one row per hypothesis, at position
-    ``where.position``. ``cache`` is this layer's ``{"key", "value"}`` (see
+    ``where.position``. ``cache`` is this layer's self-attention cache (see
     :mod:`tf_transformer.decoding.cache`); ``where`` says which rows are
     written and which blocks are read, with ``where.mask`` marking the slots
-    that hold each hypothesis's own prefix. ``constants`` are this layer's from
-    :meth:`IncrementalDecoder.constants`. Returns ``(output [batch * size,
+    that hold each hypothesis's own prefix. ``kernels`` are this layer's from
+    :meth:`IncrementalDecoder.decoding_weights`, ``memory`` its encoder-decoder
+    keys and values (:func:`layer_memories`). Returns ``(output [batch * size,
     d_model], cache)``.
 
     ``first_of``: the first step (position 0) with one row per sentence
@@ -141,26 +180,25 @@ def layer_step(layer, x, cache, constants, where: caching.CacheStep, memory_mask
     fill every hypothesis's slot of position 0, and self-attention, which sees
     position 0 alone, is the value itself; ``where.mask`` is unused.
     """
-    size = 1 if first_of is not None else caching.hypotheses_per_sentence(cache["key"])  # rows per sentence
+    size = 1 if first_of is not None else caching.hypotheses_per_sentence(cache)  # rows per sentence
     updated = {}
 
     def self_attend(h):
         output, updated["cache"] = cached_attention.attend_with_cache(
-            layer.self_attention, h, cache, constants["self_attention"], where.mask, size, where, first_of
+            layer.self_attention, h, cache, kernels["self_attention"], where.mask, size, where, first_of
         )
         return output  # [batch * size, d_model]
 
     def cross_attend(h):
-        memory = {"key": constants["memory_key"], "value": constants["memory_value"]}  # static: read only
         output, _ = cached_attention.attend_with_cache(
-            layer.cross_attention, h, memory, constants["cross_attention"], memory_mask, size
-        )
+            layer.cross_attention, h, memory, kernels["cross_attention"], memory_mask, size
+        )  # the memory is static: read only
         return output  # [batch * size, d_model]
 
     sublayers = (
         (layer.self_attention_residual, self_attend),
         (layer.cross_attention_residual, cross_attend),
-        (layer.feed_forward_residual, lambda h: feed_forward_rows(layer.feed_forward, h, constants["feed_forward"])),
+        (layer.feed_forward_residual, lambda h: feed_forward_rows(layer.feed_forward, h, kernels["feed_forward"])),
     )
     for residual, sublayer in sublayers:
         x = residual(x, sublayer=sublayer, training=False)  # [batch * size, d_model]

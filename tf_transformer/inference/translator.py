@@ -13,7 +13,7 @@ from pipelines.vocab import Tokenizer
 from tf_transformer.attention_views.alignment import graph_word_alignment, hypothesis_attention
 from tf_transformer.constants import EOS_ID, PAD_ID
 from tf_transformer.decoding import cache as caching
-from tf_transformer.decoding import cached_attention
+from tf_transformer.decoding import cached_attention, incremental
 from tf_transformer.decoding.beam_search import Compaction, beam_search, take_sentences, unknown_sentences
 from tf_transformer.decoding.decode_options import DecodeOptions
 from tf_transformer.decoding.incremental import IncrementalDecoder
@@ -22,10 +22,8 @@ from tf_transformer.decoding.sampling import sample_search
 from tf_transformer.decoding.scoring import score_ids
 from tf_transformer.decoding.tree_constraint import tree_constraint
 
-# The per-sentence entries of IncrementalDecoder.constants: the encoder-decoder keys and values.
-_MEMORY = ("memory_key", "memory_value")
-# A search's cache entries besides the decoder's: one row per sentence each.
-_SENTENCE = ("memory", "memory_mask")
+# A search's cache entries besides the decoder's and the memory's keys and values: one row per sentence each.
+_SENTENCE = ("memory_mask",)
 
 _ASSERTIONS = {
     ">=": tf.debugging.assert_greater_equal,
@@ -147,22 +145,21 @@ class Translator(tf.Module):
         # the sentences whose hypotheses are final.
         weights = None if self.frozen_weights is None else self.frozen_weights.layers
         constants = decoding.constants(memory, weights, memory_mask)
-        kernels = [{name: value for name, value in layer.items() if name not in _MEMORY} for layer in constants]
         cache = {
             "decoder": decoding.empty_cache(batch, max_length, memory.dtype, beam_size=beam_size),
-            "memory": [{name: layer[name] for name in _MEMORY} for layer in constants],
+            "memory": constants["memory"],  # keys and values, [layers, batch, ...]
             "memory_mask": memory_mask,  # [batch, 1, 1, src_len]
         }
 
-        def layer_constants(cache):
-            return [{**own, **memory} for own, memory in zip(kernels, cache["memory"], strict=True)]
+        def constants_of(cache):
+            return {**constants, "memory": cache["memory"]}
 
         def step_fn(ids, cache, step):
-            logits, decoder = decoding.step(ids, cache["decoder"], layer_constants(cache), cache["memory_mask"], step)
+            logits, decoder = decoding.step(ids, cache["decoder"], constants_of(cache), cache["memory_mask"], step)
             return tf.nn.log_softmax(logits, axis=-1), {**cache, "decoder": decoder}  # [batch * beam, vocab]
 
         def first_step_fn(ids, cache):  # step 0 once per sentence, not once per beam
-            logits, decoder = decoding.first_step(ids, cache["decoder"], layer_constants(cache), cache["memory_mask"])
+            logits, decoder = decoding.first_step(ids, cache["decoder"], constants_of(cache), cache["memory_mask"])
             return tf.nn.log_softmax(logits, axis=-1), {**cache, "decoder": decoder}  # [batch, vocab]
 
         def reorder_cache(cache, beams):
@@ -170,11 +167,19 @@ class Translator(tf.Module):
 
         def select(cache, keep, step):
             selected = take_sentences({key: cache[key] for key in _SENTENCE}, keep)
-            return {**selected, "decoder": caching.select_sentences(cache["decoder"], keep, step)}
+            return {
+                **selected,
+                "memory": incremental.select_memory(cache["memory"], keep),
+                "decoder": caching.select_sentences(cache["decoder"], keep, step),
+            }
 
         def shapes(cache):
             relaxed = unknown_sentences({key: cache[key] for key in _SENTENCE})
-            return {**relaxed, "decoder": caching.sentence_shapes(cache["decoder"])}
+            return {
+                **relaxed,
+                "memory": incremental.memory_shapes(cache["memory"]),
+                "decoder": caching.sentence_shapes(cache["decoder"]),
+            }
 
         return beam_search(
             step_fn,
