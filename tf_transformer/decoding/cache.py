@@ -53,6 +53,9 @@ class CacheStep(NamedTuple):
     write_rows: tf.Tensor | None  # int32[parts * batch * heads]: rows of write_slots' flat view (None under XLA)
     read_size: tf.Tensor | None  # int32[5]: tf.slice size of the blocks attention reads (None at position 0)
     mask: tf.Tensor | None  # bool [batch, 1, size, blocks read * slots]: each hypothesis's own prefix
+    # int32[4], int32[5]: blocked attention's scores [batch, heads, size, blocks read * slots] and by block
+    # [batch, heads, size, blocks read, slots] (None at position 0)
+    score_shapes: tuple | None = None
 
 
 def slot_rows(cache, position, parts=1):
@@ -206,13 +209,13 @@ def write_history(history, size, step):
     return ops.where(positions[None, :] == step, own, history)
 
 
-def cache_step(cache, position, read_size=None, mask=None) -> CacheStep:
+def cache_step(cache, position, read_size=None, mask=None, score_shapes=None) -> CacheStep:
     """The :class:`CacheStep` of ``position`` for every layer: its write rows computed once."""
     rows = None
     if not in_xla():
         name, slots = next(iter(cache["layers"][0].items()))  # every layer's tensors are laid out alike
         rows = slot_rows(slots, position, _parts(name))  # [parts * batch * heads]
-    return CacheStep(position, rows, read_size, mask)
+    return CacheStep(position, rows, read_size, mask, score_shapes)
 
 
 def prefix_step(cache, history, step, size) -> CacheStep:
@@ -233,8 +236,11 @@ def prefix_step(cache, history, step, size) -> CacheStep:
         history[:, :seen, None] == ops.arange(size)[None, None, :], (positions[:seen] <= step)[None, :, None]
     )  # [batch * size, seen, size]
     # Hypothesis-major rows, then position-major slots: the blocks' slots end to end.
-    mask = ops.reshape(visible, (-1, 1, size, seen * size))  # [batch, 1, size, blocks * slots]
-    return cache_step(cache, step, ops.stack([blocks, -1, -1, -1, -1]), mask)
+    width = seen * size  # blocks * slots
+    mask = ops.reshape(visible, (-1, 1, size, width))  # [batch, 1, size, blocks * slots]
+    heads, slots = ops.shape(next(iter(cache["layers"][0].values())))[2:4]  # static
+    shapes = (ops.stack([-1, heads, size, width]), ops.stack([-1, heads, size, blocks, slots]))
+    return cache_step(cache, step, ops.stack([blocks, -1, -1, -1, -1]), mask, shapes)
 
 
 def select_sentences(cache, keep, position):

@@ -102,7 +102,7 @@ def products_by_rows(rows, trace):
     return tf.cond(rows <= EIGEN_PRODUCT_ROWS, lambda: traced(True), lambda: traced(False))
 
 
-def blocked_attention(query, key, value, attention_mask):
+def blocked_attention(query, key, value, attention_mask, score_shapes=None):
     """Eq. 1 over keys and values stored in blocks of positions.
 
     ``query`` ``[groups, heads, size, d_k]``; ``key`` ``[blocks, groups, heads,
@@ -114,23 +114,29 @@ def blocked_attention(query, key, value, attention_mask):
     concatenation, without concatenating the blocks (which would copy them).
     The products run by Eigen's kernel for at most :data:`EIGEN_PRODUCT_ROWS`
     query rows, by oneDNN's for more: as :func:`products_by_rows` chose while it
-    traces, else by the static rows, else by a ``tf.cond``. Returns ``[groups,
-    heads, size, d_v]``.
+    traces, else by the static rows, else by a ``tf.cond``. ``score_shapes``:
+    the scores' shapes laid end to end and by block
+    (:attr:`~tf_transformer.decoding.cache.CacheStep.score_shapes`, built once
+    per step for every layer), else built here from the keys' shape. Returns
+    ``[groups, heads, size, d_v]``.
     """
+    if score_shapes is None:
+        blocks, _, heads, slots, _ = ops.shape(key)  # Python ints where static (a view of a cache: blocks is not)
+        size = ops.shape(query)[2]
+        score_shapes = ([-1, heads, size, blocks * slots], [-1, heads, size, blocks, slots])
+
+    def run(matmul):
+        return _blocked_attention(query, key, value, attention_mask, matmul, score_shapes)
+
     if in_xla():
-        return _blocked_attention(query, key, value, attention_mask, tf.linalg.matmul)
+        return run(tf.linalg.matmul)
     eigen = getattr(_chosen, "eigen", None)
     if eigen is not None:
-        return _blocked_attention(query, key, value, attention_mask, _eigen_matmul if eigen else tf.linalg.matmul)
+        return run(_eigen_matmul if eigen else tf.linalg.matmul)
     rows = ops.shape(query)[0] * ops.shape(query)[2]  # groups * size: a Python int where static
     if isinstance(rows, int):
-        matmul = _eigen_matmul if rows <= EIGEN_PRODUCT_ROWS else tf.linalg.matmul
-        return _blocked_attention(query, key, value, attention_mask, matmul)
-    return tf.cond(
-        rows <= EIGEN_PRODUCT_ROWS,
-        lambda: _blocked_attention(query, key, value, attention_mask, _eigen_matmul),
-        lambda: _blocked_attention(query, key, value, attention_mask, tf.linalg.matmul),
-    )
+        return run(_eigen_matmul if rows <= EIGEN_PRODUCT_ROWS else tf.linalg.matmul)
+    return tf.cond(rows <= EIGEN_PRODUCT_ROWS, lambda: run(_eigen_matmul), lambda: run(tf.linalg.matmul))
 
 
 # The float types ``BatchMatMulV3`` has a CPU kernel for (not float16: there it is ``BatchMatMulV2``'s).
@@ -145,18 +151,17 @@ def _eigen_matmul(x, y, transpose_b=False):
     return tf.raw_ops.BatchMatMulV3(x=x, y=y, adj_y=transpose_b, Tout=x.dtype)
 
 
-def _blocked_attention(query, key, value, attention_mask, matmul):
+def _blocked_attention(query, key, value, attention_mask, matmul, score_shapes):
     """:func:`blocked_attention` with the products of ``matmul``."""
-    blocks, _, heads, slots, _ = ops.shape(key)  # Python ints where static (a view of a cache: blocks is not)
+    end_to_end, by_block = score_shapes
     query = scale_query(query)  # [groups, heads, size, d_k]
     scores = matmul(query[None], key, transpose_b=True)  # [blocks, groups, heads, size, slots]
     scores = transpose(ops.cast(scores, "float32"), (1, 2, 3, 0, 4))  # [groups, heads, size, blocks, slots]
-    size = ops.shape(query)[2]
-    scores = tf.reshape(scores, [-1, heads, size, blocks * slots])  # [groups, heads, size, blocks * slots]
+    scores = tf.reshape(scores, end_to_end)  # [groups, heads, size, blocks * slots]
     weights = masked_softmax(
         scores, attention_mask, value.dtype, few_row_softmax
     )  # [groups, heads, size, blocks * slots]
-    weights = tf.reshape(weights, [-1, heads, size, blocks, slots])  # [groups, heads, size, blocks, slots]
+    weights = tf.reshape(weights, by_block)  # [groups, heads, size, blocks, slots]
     output = matmul(transpose(weights, (3, 0, 1, 2, 4)), value)  # [blocks, groups, heads, size, d_v]
     # Summed in float32 (the casts are no-ops for float32), so that a bfloat16 output is
     # rounded once, as a single product's would be.
@@ -248,7 +253,7 @@ def split_query_key_value(attention, projected, size):
     }
 
 
-def attend(attention, query_heads, key_heads, value_heads, kernels, attention_mask=None):
+def attend(attention, query_heads, key_heads, value_heads, kernels, attention_mask=None, score_shapes=None):
     """Queries of groups of hypotheses over keys each group shares; W^O applied.
 
     ``query_heads`` ``[groups, heads, size, d_k]`` (projected with
@@ -260,7 +265,7 @@ def attend(attention, query_heads, key_heads, value_heads, kernels, attention_ma
     slots]``). Returns ``[groups * size, output_dim]``.
     """
     if len(key_heads.shape) == 5:
-        heads = blocked_attention(query_heads, key_heads, value_heads, attention_mask)
+        heads = blocked_attention(query_heads, key_heads, value_heads, attention_mask, score_shapes)
     else:
         heads = transposed_key_attention(query_heads, key_heads, value_heads, attention_mask)
     return project(ungroup_heads(attention, heads), kernels["output"])  # [groups * size, output_dim]
@@ -316,4 +321,4 @@ def attend_with_cache(attention, rows, cache, kernels, attention_mask, size, upd
         value = new["key_value"][1] if "key_value" in new else new["value"][0]  # [groups, heads, 1, d_v]
         return attend_to_itself(attention, value, kernels), written  # [groups, output_dim]
     key, value = caching.read_layer(written, update)  # [blocks, groups, heads, slots, d_k | d_v]
-    return attend(attention, query, key, value, kernels, attention_mask), written
+    return attend(attention, query, key, value, kernels, attention_mask, update.score_shapes), written
