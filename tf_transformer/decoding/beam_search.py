@@ -408,14 +408,14 @@ class Compaction(NamedTuple):
     by_rows: Any = None
 
 
-def take_sentences(tree, rows):
-    """Every tensor of ``tree`` (sentences first) at ``rows`` ``int32[n]``."""
-    return tf.nest.map_structure(lambda x: tf.gather(x, rows), tree)
+def take_sentences(tree, rows, axis=0):
+    """Every tensor of ``tree`` (sentences on ``axis``, first by default) at ``rows`` ``int32[n]``."""
+    return tf.nest.map_structure(lambda x: tf.gather(x, rows, axis=axis), tree)
 
 
-def unknown_sentences(tree):
-    """The static shapes of ``tree``'s tensors (sentences first) with that axis unknown."""
-    return tf.nest.map_structure(lambda x: tf.TensorShape([None, *x.shape[1:]]), tree)
+def unknown_sentences(tree, axis=0):
+    """The static shapes of ``tree``'s tensors (sentences on ``axis``, first by default) with that axis unknown."""
+    return tf.nest.map_structure(lambda x: tf.TensorShape([*x.shape[:axis], None, *x.shape[axis + 1 :]]), tree)
 
 
 def compact(state: BeamState, sentences: Sentences, results, compaction: Compaction, alpha: float):

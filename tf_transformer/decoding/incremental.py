@@ -133,13 +133,17 @@ class IncrementalDecoder:
         return logits, {"history": history, "layers": layer_caches}
 
 
+# The sentences' axis of :func:`stack_memory`'s tensors (the first is the layers').
+MEMORY_SENTENCES = 1
+
+
 def stack_memory(layers) -> dict:
     """Every layer's memory keys and values ``[(keys, values), ...]`` as ``{"key", "value"}``, stacked on a
     first axis of layers.
 
     A decoding loop carries or captures each tensor at three ops a step: two
     stacked tensors, unstacked each step (:func:`layer_memories`, one ``Unpack``
-    each), cost fewer ops than two per layer. Sentences are the second axis.
+    each), cost fewer ops than two per layer. Sentences are the second axis (:data:`MEMORY_SENTENCES`).
     """
     keys, values = zip(*layers, strict=True)
     return {"key": ops.stack(keys), "value": ops.stack(values)}
@@ -151,16 +155,6 @@ def layer_memories(memory, layers: int) -> list:
     keys = tf.unstack(memory["key"], num=layers)  # [batch, heads, d_k, src_len] each
     values = tf.unstack(memory["value"], num=layers)  # [batch, heads, src_len, d_v] each
     return [{"key": key, "value": value} for key, value in zip(keys, values, strict=True)]
-
-
-def select_memory(memory, keep):
-    """:func:`stack_memory`'s tensors for sentences ``keep`` (``int32[n]``) only."""
-    return {name: tf.gather(x, keep, axis=1) for name, x in memory.items()}
-
-
-def memory_shapes(memory):
-    """:func:`stack_memory`'s static shapes with the sentences' axis unknown: a search loop's shape invariants."""
-    return {name: tf.TensorShape([x.shape[0], None, *x.shape[2:]]) for name, x in memory.items()}
 
 
 def layer_step(layer, x, cache, kernels, memory, where: caching.CacheStep, memory_mask, first_of=None):

@@ -13,10 +13,10 @@ from pipelines.vocab import Tokenizer
 from tf_transformer.attention_views.alignment import graph_word_alignment, hypothesis_attention
 from tf_transformer.constants import EOS_ID, PAD_ID
 from tf_transformer.decoding import cache as caching
-from tf_transformer.decoding import cached_attention, incremental
+from tf_transformer.decoding import cached_attention
 from tf_transformer.decoding.beam_search import Compaction, beam_search, take_sentences, unknown_sentences
 from tf_transformer.decoding.decode_options import DecodeOptions
-from tf_transformer.decoding.incremental import IncrementalDecoder
+from tf_transformer.decoding.incremental import MEMORY_SENTENCES, IncrementalDecoder
 from tf_transformer.decoding.request import DecodeRequest, Sampling
 from tf_transformer.decoding.sampling import sample_search
 from tf_transformer.decoding.scoring import score_ids
@@ -169,7 +169,7 @@ class Translator(tf.Module):
             selected = take_sentences({key: cache[key] for key in _SENTENCE}, keep)
             return {
                 **selected,
-                "memory": incremental.select_memory(cache["memory"], keep),
+                "memory": take_sentences(cache["memory"], keep, axis=MEMORY_SENTENCES),
                 "decoder": caching.select_sentences(cache["decoder"], keep, step),
             }
 
@@ -177,7 +177,7 @@ class Translator(tf.Module):
             relaxed = unknown_sentences({key: cache[key] for key in _SENTENCE})
             return {
                 **relaxed,
-                "memory": incremental.memory_shapes(cache["memory"]),
+                "memory": unknown_sentences(cache["memory"], axis=MEMORY_SENTENCES),
                 "decoder": caching.sentence_shapes(cache["decoder"]),
             }
 
