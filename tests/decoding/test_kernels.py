@@ -3,9 +3,11 @@
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tf_transformer.decoding import kernels
 from tf_transformer.layers import PositionwiseFeedForward
+from tf_transformer.layers.attention import MultiHeadAttention, folded_query_scale, scale_query
 
 RNG = np.random.default_rng(1)
 
@@ -50,3 +52,30 @@ def test_feed_forward_in_the_layout_this_cpu_picks_is_eq2(dtype, tolerance):
     expected = np.maximum(x @ w1 + b1, 0) @ w2 + b2  # FFN(x) = max(0, xW1 + b1)W2 + b2
     rows = np.asarray(kernels.feed_forward_rows(layer, keras.ops.cast(x, dtype), kernels.feed_forward_kernels(layer)))
     np.testing.assert_allclose(rows.astype("float32"), expected, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize(("key_dim", "scale"), [(4, 0.5), (16, 0.25), (64, 0.125), (8, None), (32, None), (48, None)])
+def test_the_query_scale_is_folded_where_it_is_a_power_of_two(key_dim, scale):
+    assert folded_query_scale(key_dim) == scale
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("key_dim", [64, 8])
+def test_folded_query_projection_gives_the_bits_of_scaling_after_it(dtype, key_dim):
+    """Where 1/√d_k is a power of two the search's query columns carry it and give scale_query's bits exactly;
+    elsewhere the columns are the layer's own, and the search scales after the product."""
+    layer = MultiHeadAttention(num_heads=2, key_dim=key_dim, use_bias=True, dtype=dtype)
+    layer.build((None, None, 32), (None, None, 32))
+    for weight in layer.weights:
+        weight.assign(RNG.normal(size=weight.shape, scale=0.5).astype("float32"))
+    rows = tf.cast(RNG.normal(size=(6, 32)), dtype)
+    weights = kernels.attention_kernels(layer, self_attention=True)
+    query = kernels.project(rows, weights["input"])[:, : 2 * key_dim]  # [6, h·d_k]
+    plain = kernels.project(rows, kernels.decoding_kernel([layer.query_dense], dtype, transpose=False))
+    if key_dim == 64:
+        expected = scale_query(tf.reshape(plain, (6, 2, key_dim)))  # eq. 1's scaling after the product
+        np.testing.assert_array_equal(
+            tf.cast(query, "float32").numpy(), tf.cast(tf.reshape(expected, (6, -1)), "float32").numpy()
+        )
+    else:
+        np.testing.assert_array_equal(tf.cast(query, "float32").numpy(), tf.cast(plain, "float32").numpy())

@@ -9,7 +9,8 @@ attends over it; for encoder-decoder attention the cache is static (the
 sentence's memory keys and values) and only the query is projected.
 
 Eq. 1's rule (the query's scaling, the float32 masked softmax) is the layer's
-own (:func:`~tf_transformer.layers.attention.scale_query`,
+own (:func:`~tf_transformer.layers.attention.scale_query`, folded into the
+query's kernel where that gives the same bits,
 :func:`~tf_transformer.layers.attention.masked_softmax`); only its two products
 differ here, because the search's keys are laid out differently. A search keeps
 ``size`` hypotheses (beams) per sentence, grouped by sentence, and a group
@@ -47,7 +48,7 @@ from keras import ops
 from tf_transformer.decoding import cache as caching
 from tf_transformer.decoding.kernels import project
 from tf_transformer.decoding.xla import in_xla
-from tf_transformer.layers.attention import masked_softmax, scale_query
+from tf_transformer.layers.attention import folded_query_scale, masked_softmax, scale_query
 
 # The integer of each float's width: a transpose moves bits, whatever they mean.
 _SAME_WIDTH = {tf.float32: tf.int32, tf.bfloat16: tf.int16, tf.float16: tf.int16}
@@ -102,7 +103,7 @@ def products_by_rows(rows, trace):
     return tf.cond(rows <= EIGEN_PRODUCT_ROWS, lambda: traced(True), lambda: traced(False))
 
 
-def blocked_attention(query, key, value, attention_mask, score_shapes=None):
+def blocked_attention(query, key, value, attention_mask, score_shapes=None, scaled=False):
     """Eq. 1 over keys and values stored in blocks of positions.
 
     ``query`` ``[groups, heads, size, d_k]``; ``key`` ``[blocks, groups, heads,
@@ -117,13 +118,15 @@ def blocked_attention(query, key, value, attention_mask, score_shapes=None):
     traces, else by the static rows, else by a ``tf.cond``. ``score_shapes``:
     the scores' shapes laid end to end and by block
     (:attr:`~tf_transformer.decoding.cache.CacheStep.score_shapes`, built once
-    per step for every layer), else built here from the keys' shape. Returns
-    ``[groups, heads, size, d_v]``.
+    per step for every layer), else built here from the keys' shape.
+    ``scaled``: the query already carries eq. 1's 1/√d_k. Returns ``[groups,
+    heads, size, d_v]``.
     """
     if score_shapes is None:
         blocks, _, heads, slots, _ = ops.shape(key)  # Python ints where static (a view of a cache: blocks is not)
         size = ops.shape(query)[2]
         score_shapes = ([-1, heads, size, blocks * slots], [-1, heads, size, blocks, slots])
+    query = query if scaled else scale_query(query)  # [groups, heads, size, d_k]
 
     def run(matmul):
         return _blocked_attention(query, key, value, attention_mask, matmul, score_shapes)
@@ -152,9 +155,8 @@ def _eigen_matmul(x, y, transpose_b=False):
 
 
 def _blocked_attention(query, key, value, attention_mask, matmul, score_shapes):
-    """:func:`blocked_attention` with the products of ``matmul``."""
+    """:func:`blocked_attention` with the products of ``matmul``; ``query`` scaled."""
     end_to_end, by_block = score_shapes
-    query = scale_query(query)  # [groups, heads, size, d_k]
     scores = matmul(query[None], key, transpose_b=True)  # [blocks, groups, heads, size, slots]
     scores = transpose(ops.cast(scores, "float32"), (1, 2, 3, 0, 4))  # [groups, heads, size, blocks, slots]
     scores = tf.reshape(scores, end_to_end)  # [groups, heads, size, blocks * slots]
@@ -168,7 +170,7 @@ def _blocked_attention(query, key, value, attention_mask, matmul, score_shapes):
     return ops.cast(ops.sum(ops.cast(output, "float32"), axis=0), value.dtype)  # [groups, heads, size, d_v]
 
 
-def transposed_key_attention(query, key_t, value, attention_mask):
+def transposed_key_attention(query, key_t, value, attention_mask, scaled=False):
     """Eq. 1 over keys stored transposed.
 
     ``query`` ``[groups, heads, size, d_k]``; ``key_t`` ``[groups, heads, d_k,
@@ -180,9 +182,11 @@ def transposed_key_attention(query, key_t, value, attention_mask):
     matrices; ``BatchMatMulV3`` (Eigen's kernel, not rewritten to oneDNN's)
     runs them faster still. Keys and values in float32 (:func:`project_key_value`)
     take a 16-bit query cast to float32 and give the output back in its dtype.
-    Returns ``[groups, heads, size, d_v]`` in the query's dtype.
+    ``scaled``: the query already carries eq. 1's 1/√d_k. Returns ``[groups,
+    heads, size, d_v]`` in the query's dtype.
     """
-    scores = _eigen_matmul(scale_query(ops.cast(query, key_t.dtype)), key_t)  # [groups, heads, size, k_len]
+    rows = ops.cast(query, key_t.dtype)  # [groups, heads, size, d_k]
+    scores = _eigen_matmul(rows if scaled else scale_query(rows), key_t)  # [groups, heads, size, k_len]
     weights = masked_softmax(scores, attention_mask, value.dtype, few_row_softmax)  # [groups, heads, size, k_len]
     return ops.cast(_eigen_matmul(weights, value), query.dtype)  # [groups, heads, size, d_v]
 
@@ -264,10 +268,11 @@ def attend(attention, query_heads, key_heads, value_heads, kernels, attention_ma
     ``[blocks, groups, heads, slots, d]`` (mask ``[groups, 1, size, blocks *
     slots]``). Returns ``[groups * size, output_dim]``.
     """
+    scaled = folded_query_scale(attention.key_dim) is not None  # as attention_kernels folded it
     if len(key_heads.shape) == 5:
-        heads = blocked_attention(query_heads, key_heads, value_heads, attention_mask, score_shapes)
+        heads = blocked_attention(query_heads, key_heads, value_heads, attention_mask, score_shapes, scaled)
     else:
-        heads = transposed_key_attention(query_heads, key_heads, value_heads, attention_mask)
+        heads = transposed_key_attention(query_heads, key_heads, value_heads, attention_mask, scaled)
     return project(ungroup_heads(attention, heads), kernels["output"])  # [groups * size, output_dim]
 
 

@@ -7,7 +7,9 @@ projections stay in Keras's ``[in, units]`` layout; the position-wise
 feed-forward kernels are stored transposed (``[units, in]``, multiplied with
 ``transpose_b``) except in float32 on CPUs with AVX-512
 (:func:`feed_forward_transposed`). The self-attention's query, key and value
-projections run as one product of triple width. docs/design/decoding.md gives
+projections run as one product of triple width, and the query's columns carry
+eq. 1's 1/√d_k where that is exact
+(:func:`~tf_transformer.layers.attention.folded_query_scale`). docs/design/decoding.md gives
 the measurements behind each choice. These are copies for inference, never
 trained.
 """
@@ -19,6 +21,7 @@ import tensorflow as tf
 from keras import ops
 
 from tf_transformer.cpu import usable_flags
+from tf_transformer.layers.attention import folded_query_scale
 
 
 def feed_forward_transposed(dtype="float32") -> bool:
@@ -34,18 +37,29 @@ def feed_forward_transposed(dtype="float32") -> bool:
     return keras.backend.standardize_dtype(dtype) != "float32" or "avx512f" not in usable_flags()
 
 
-def decoding_kernel(denses: list[keras.layers.Dense], dtype, transpose: bool) -> dict:
+def decoding_kernel(denses: list[keras.layers.Dense], dtype, transpose: bool, scales=None) -> dict:
     """The kernels of ``denses`` side by side in ``dtype``, with their biases, for :func:`project`.
 
     ``{"kernel": [in, Σ units]}``, or with ``transpose`` ``{"kernel_t": [Σ
     units, in]}``, plus ``"bias"`` ``[Σ units]`` when the layers have biases.
     ``denses`` share their input and all have biases or none; activations
-    are applied by the caller.
+    are applied by the caller. ``scales``: a factor per dense (``None``: 1),
+    applied to its kernel and bias, so to its outputs.
     """
-    kernel = ops.concatenate([ops.cast(dense.kernel, dtype) for dense in denses], axis=-1)  # [in, Σ units]
+    scales = scales or [None] * len(denses)
+
+    def scaled(weight, scale):
+        weight = ops.cast(weight, dtype)
+        return weight if scale is None else weight * ops.cast(scale, dtype)
+
+    kernel = ops.concatenate(
+        [scaled(d.kernel, s) for d, s in zip(denses, scales, strict=True)], axis=-1
+    )  # [in, Σ units]
     weights = {"kernel_t": ops.transpose(kernel)} if transpose else {"kernel": kernel}
     if denses[0].use_bias:
-        weights["bias"] = ops.concatenate([ops.cast(dense.bias, dtype) for dense in denses], axis=-1)  # [Σ units]
+        weights["bias"] = ops.concatenate(
+            [scaled(d.bias, s) for d, s in zip(denses, scales, strict=True)], axis=-1
+        )  # [Σ units]
     return weights
 
 
@@ -65,15 +79,19 @@ def attention_kernels(attention, self_attention: bool) -> dict:
 
     ``input`` projects a hypothesis's row to its query, and for self-attention
     to its query, key and value in one product (``[h·d_k | h·d_k | h·d_v]``
-    wide); ``output`` is W^O. Both in Keras's ``[in, units]`` layout.
+    wide), the query already times 1/√d_k where that is exact
+    (:func:`~tf_transformer.layers.attention.folded_query_scale`: the same bits
+    as scaling after the product); ``output`` is W^O. Both in Keras's ``[in,
+    units]`` layout.
     """
     inputs = (
         [attention.query_dense, attention.key_dense, attention.value_dense]
         if self_attention
         else [attention.query_dense]
     )
+    scales = [folded_query_scale(attention.key_dim)] + [None] * (len(inputs) - 1)
     return {
-        "input": decoding_kernel(inputs, attention.compute_dtype, transpose=False),
+        "input": decoding_kernel(inputs, attention.compute_dtype, transpose=False, scales=scales),
         "output": decoding_kernel([attention.output_dense], attention.compute_dtype, transpose=False),
     }
 

@@ -9,6 +9,8 @@ applies the same two functions to its cache's layouts
 
 from __future__ import annotations
 
+import math
+
 import keras
 from keras import ops
 
@@ -19,6 +21,20 @@ def scale_query(query):
     """``query`` ``[..., d_k]`` times 1/√d_k in its own dtype: eq. 1's scaling, on the queries (fewer than scores)."""
     d_k = ops.shape(query)[-1]
     return query * ops.cast(1.0 / ops.sqrt(ops.cast(d_k, "float32")), query.dtype)
+
+
+def folded_query_scale(key_dim: int) -> float | None:
+    """1/√d_k when it is a power of two (d_k a power of 4, as the paper's 64 is), else ``None``.
+
+    Multiplying by a power of two is exact in every float type, so a copy of
+    the query projection's kernel and bias multiplied by it gives the bits
+    ``scale_query`` gives after the projection: decoding folds the scaling
+    into its kernels (:func:`~tf_transformer.decoding.kernels.attention_kernels`)
+    and saves a multiply per attention and step. Other scales would round
+    differently, so they stay :func:`scale_query`'s.
+    """
+    exponent = math.log2(key_dim) / 2
+    return 2.0**-exponent if exponent.is_integer() else None
 
 
 def masked_softmax(scores, attention_mask, dtype, softmax=None):
