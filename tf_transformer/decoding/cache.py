@@ -118,10 +118,16 @@ def first_blocks(cache, size):
     return view
 
 
+def _first_tensor(layer):
+    """A layer cache's first tensor: every tensor of every layer is laid out alike
+    (``[parts * blocks, batch, heads, CACHE_BLOCK * size, d]``)."""
+    return next(iter(layer.values()))
+
+
 def hypotheses_per_sentence(layer):
     """``size`` of a layer's cache (``[parts * blocks, batch, heads, CACHE_BLOCK * size, d]`` each): a Python int
     when static."""
-    return ops.shape(next(iter(layer.values())))[3] // CACHE_BLOCK
+    return ops.shape(_first_tensor(layer))[3] // CACHE_BLOCK
 
 
 def _parts(name):
@@ -238,7 +244,7 @@ def prefix_step(cache, history, step, size) -> CacheStep:
     # Hypothesis-major rows, then position-major slots: the blocks' slots end to end.
     width = seen * size  # blocks * slots
     mask = ops.reshape(visible, (-1, 1, size, width))  # [batch, 1, size, blocks * slots]
-    heads, slots = ops.shape(next(iter(cache["layers"][0].values())))[2:4]  # static
+    heads, slots = ops.shape(_first_tensor(cache["layers"][0]))[2:4]  # static
     shapes = (ops.stack([-1, heads, size, width]), ops.stack([-1, heads, size, blocks, slots]))
     return cache_step(cache, step, ops.stack([blocks, -1, -1, -1, -1]), mask, shapes)
 
