@@ -227,8 +227,10 @@ def test_loss_edge_cases():
     perplexity, accuracy = TokenPerplexity(pad_id=-1), TokenAccuracy(pad_id=-1)
     perplexity.update_state(padded, logits)
     assert float(perplexity.result()) == pytest.approx(math.exp(nll[mask].mean()), rel=1e-5)
-    # Tied logits: the first index is the prediction, as arg-max.
-    accuracy.update_state(np.array([[1, 0]]), np.zeros((1, 2, vocab), "float32"))
+    # Tied logits: a label tied for the largest logit counts as right, one below it does not.
+    tied = np.zeros((1, 2, vocab), "float32")
+    tied[0, 1, 3] = 1.0
+    accuracy.update_state(np.array([[1, 0]]), tied)
     assert float(accuracy.result()) == 0.5
 
 

@@ -24,7 +24,16 @@ def _over(allowed, labels, logits):
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class TokenAccuracy(keras.metrics.Metric):
-    """Share of non-padding target tokens whose arg-max prediction is right (ties: the first index)."""
+    """Share of non-padding target tokens whose label has the largest logit (a tie for it counts as right).
+
+    Read from the loss's own per-token statistics (the largest logit and the
+    label's, :func:`~tf_transformer.training.losses.token_statistics`), which
+    a graph computes once for the loss, perplexity and this: an arg-max would be
+    another pass over the ``[batch, len, vocab]`` logits, a tenth of a `small`
+    training step on a 2-core CPU (docs/design/training.md). It differs from
+    the arg-max's share only where the label ties another token for the largest
+    logit, which float32 logits almost never do.
+    """
 
     def __init__(self, pad_id: int = PAD_ID, name="token_accuracy", allowed=None, **kwargs):
         super().__init__(name=name, **kwargs)
@@ -35,9 +44,8 @@ class TokenAccuracy(keras.metrics.Metric):
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         labels, mask = labels_and_mask(y_true, self.pad_id)  # [batch, len] each
-        y_pred = _over(self.allowed, labels, y_pred)
-        predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")  # [batch, len]
-        hits = ops.cast(ops.equal(predicted, labels), "float32")  # [batch, len]
+        top, _, picked, _, _ = token_statistics(labels, _over(self.allowed, labels, y_pred))  # [batch, len] each
+        hits = ops.cast(picked >= top, "float32")  # [batch, len]
         self.correct.assign_add(ops.sum(hits * mask))
         self.total.assign_add(ops.sum(mask))
 
