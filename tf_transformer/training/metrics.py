@@ -22,6 +22,18 @@ def _over(allowed, labels, logits):
     return tf.where(allowed(labels), ops.cast(logits, "float32"), -float("inf"))
 
 
+def _label_statistics(y_true, y_pred, pad_id, allowed):
+    """``(mask, largest logit, log Σ exp(logits − largest), label's logit)``, each ``[batch, len]``.
+
+    Both metrics take them from here, as the same ops as the loss's
+    (:func:`~tf_transformer.training.losses.token_statistics`): in a graph the
+    three then share one pass over the logits.
+    """
+    labels, mask = labels_and_mask(y_true, pad_id)  # [batch, len] each
+    top, log_normalizer, picked, _, _ = token_statistics(labels, _over(allowed, labels, y_pred))
+    return mask, top, log_normalizer, picked
+
+
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class TokenAccuracy(keras.metrics.Metric):
     """Share of non-padding target tokens whose label has the largest logit (a tie for it counts as right).
@@ -32,7 +44,8 @@ class TokenAccuracy(keras.metrics.Metric):
     another pass over the ``[batch, len, vocab]`` logits, a tenth of a `small`
     training step on a 2-core CPU (docs/design/training.md). It differs from
     the arg-max's share only where the label ties another token for the largest
-    logit, which float32 logits almost never do.
+    logit: rare in float32, less rare for logits computed in bfloat16 (mixed
+    precision), whose largest values are coarser.
     """
 
     def __init__(self, pad_id: int = PAD_ID, name="token_accuracy", allowed=None, **kwargs):
@@ -43,8 +56,7 @@ class TokenAccuracy(keras.metrics.Metric):
         self.total = self.add_variable(shape=(), initializer="zeros", name="total", dtype="float32")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        labels, mask = labels_and_mask(y_true, self.pad_id)  # [batch, len] each
-        top, _, picked, _, _ = token_statistics(labels, _over(self.allowed, labels, y_pred))  # [batch, len] each
+        mask, top, _, picked = _label_statistics(y_true, y_pred, self.pad_id, self.allowed)  # [batch, len] each
         hits = ops.cast(picked >= top, "float32")  # [batch, len]
         self.correct.assign_add(ops.sum(hits * mask))
         self.total.assign_add(ops.sum(mask))
@@ -72,8 +84,7 @@ class TokenPerplexity(keras.metrics.Metric):
         self.total = self.add_variable(shape=(), initializer="zeros", name="total", dtype="float32")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        labels, mask = labels_and_mask(y_true, self.pad_id)  # [batch, len] each
-        top, log_normalizer, picked, _, _ = token_statistics(labels, _over(self.allowed, labels, y_pred))
+        mask, top, log_normalizer, picked = _label_statistics(y_true, y_pred, self.pad_id, self.allowed)
         nll = log_normalizer - (picked - top)  # −log p(label), [batch, len]
         self.nll.assign_add(ops.sum(nll * mask))
         self.total.assign_add(ops.sum(mask))
